@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Ensure kube-apiserver, kube-scheduler and etcd exist for the local test cluster, and print the
+# directory holding them as the last line of stdout (progress goes to stderr).
+#
+# No package registry ships kube-apiserver, so it is built once from Debian bookworm's
+# `kubernetes` source package (the full 1.20.2 tree with its vendor/, builds offline) and cached
+# per version outside the repo; etcd is Debian's etcd-server.
+#
+# KUBEBUILDER_ASSETS (the envtest convention) wins when it holds kube-apiserver and etcd.
+set -euo pipefail
+
+DEB_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
+KUBE_VERSION="1.20.2"
+SUITE="bookworm"
+BINARIES=(kube-apiserver kube-scheduler)
+ETCD=/usr/bin/etcd
+REFLECT2=/usr/share/gocode/src/github.com/modern-go/reflect2
+BUILD_PACKAGES=(golang-go rsync dpkg-dev golang-github-modern-go-reflect2-dev)
+
+log() { echo "kube-assets: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
+
+has_all() {  # has_all DIR NAME... : every NAME is an executable in DIR
+  local dir=$1 name
+  shift
+  for name in "$@"; do [[ -x $dir/$name ]] || return 1; done
+}
+
+ensure_packages() {  # install the Debian packages that are not installed yet, if any
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null | grep -q '^ii' || missing+=("$pkg")
+  done
+  ((${#missing[@]})) || return 0
+  log "installing Debian packages: ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >&2
+}
+
+debian_archive() {  # "URI<TAB>SIGNED-BY" of the system's `deb` entry for $SUITE main
+  shopt -s nullglob
+  local sources=(/etc/apt/sources.list.d/*.sources) lists=(/etc/apt/sources.list.d/*.list)
+  [[ -f /etc/apt/sources.list ]] && lists+=(/etc/apt/sources.list)
+  {
+    ((${#sources[@]} == 0)) || awk -v suite="$SUITE" '
+      function has(list, word) { return (" " list " ") ~ (" " word " ") }
+      function flush() {
+        if (has(f["types"], "deb") && has(f["suites"], suite) && has(f["components"], "main") \
+            && tolower(f["enabled"]) != "no") {
+          split(f["uris"], uri, " "); print uri[1] "\t" f["signed-by"]
+        }
+        delete f
+      }
+      FNR == 1 { flush() }  # a file may end without a blank line
+      /^[ \t]*#/ { next }
+      /^[ \t]*$/ { flush(); next }
+      /^[A-Za-z-]+:/ {
+        key = tolower(substr($0, 1, index($0, ":") - 1))
+        val = substr($0, index($0, ":") + 1); gsub(/^[ \t]+|[ \t]+$/, "", val); f[key] = val
+      }
+      END { flush() }' "${sources[@]}"
+    ((${#lists[@]} == 0)) || awk -v suite="$SUITE" '
+      $1 != "deb" { next }
+      {
+        signed = ""; i = 2
+        if ($2 ~ /^\[/) {  # [opt=value ...] may span several fields
+          for (; i <= NF; i++) {
+            if ($i ~ /^\[?signed-by=/) { signed = $i; sub(/^\[?signed-by=/, "", signed); sub(/\]$/, "", signed) }
+            if ($i ~ /\]$/) { i++; break }
+          }
+        }
+        if ($(i + 1) != suite) next
+        for (c = i + 2; c <= NF; c++) if ($c == "main") { print $i "\t" signed; next }
+      }' "${lists[@]}"
+  } | head -n 1
+}
+
+fetch_source() {  # fetch_source WORK : unpack the Debian source into WORK/src
+  local work=$1 apt=$1/apt entry uri signed
+  entry=$(debian_archive)
+  [[ -n $entry ]] || die "no 'deb' entry for $SUITE main in the system's apt sources"
+  IFS=$'\t' read -r uri signed <<<"$entry"
+  mkdir -p "$apt/sources" "$apt/lists/partial" "$apt/cache/archives/partial"
+  {
+    printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\n' "$uri" "$SUITE"
+    [[ -z $signed ]] || printf 'Signed-By: %s\n' "$signed"
+  } >"$apt/sources/deb-src.sources"
+  # Private source list, lists and caches: the system's apt configuration and state stay as they
+  # are. The sandbox user _apt could not enter a private dir under the caller's home.
+  local opts=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$apt/sources"
+    -o Dir::State::Lists="$apt/lists" -o Dir::Cache="$apt/cache" -o APT::Sandbox::User=root)
+  apt-get "${opts[@]}" update -qq >&2
+  (cd "$work" && apt-get "${opts[@]}" source -qq --download-only "kubernetes=$DEB_VERSION") >&2
+  dpkg-source -x "$work"/kubernetes_*.dsc "$work/src" >&2
+}
+
+build() {  # build WORK : compile BINARIES from WORK/src into WORK/out, next to an etcd link
+  local work=$1 src=$1/src vendored=$1/src/vendor/github.com/modern-go/reflect2 bin
+  # The vendored reflect2 1.0.1 crashes under Go >= 1.18 ("fatal error: fault" in mapiterinit,
+  # on the first mutating-webhook patch); Debian's 1.0.2 has the same API and works.
+  rm -f "$vendored"/*.go "$vendored"/*.s
+  cp "$REFLECT2"/*.go "$REFLECT2"/*.s "$vendored"/
+  rm -f "$vendored"/*_test.go
+  # Caches inside WORK, so that removing WORK leaves nothing big behind; the version is set by
+  # hand since the tree is no git checkout (clients read it from /version).
+  (cd "$src" && env CGO_ENABLED=0 GOFLAGS=-mod=vendor GOPATH="$work/gopath" \
+    GOCACHE="$work/gocache" KUBE_GIT_VERSION="v$KUBE_VERSION" KUBE_GIT_TREE_STATE=clean \
+    make WHAT="${BINARIES[*]/#/cmd/}") >&2
+  mkdir "$work/out"
+  for bin in "${BINARIES[@]}"; do cp "$src/_output/bin/$bin" "$work/out/"; done
+  ln -s "$ETCD" "$work/out/etcd"
+}
+
+main() {
+  if [[ -n ${KUBEBUILDER_ASSETS:-} ]] && has_all "$KUBEBUILDER_ASSETS" kube-apiserver etcd; then
+    echo "$KUBEBUILDER_ASSETS"
+    return
+  fi
+  local root=${XDG_CACHE_HOME:-$HOME/.cache}/mthreads-webhook
+  local dest=$root/kube-$KUBE_VERSION
+  mkdir -p "$root"
+  # One build at a time: a concurrent run waits here, then finds the finished binaries.
+  exec 9>"$root/.kube-$KUBE_VERSION.lock"
+  flock 9
+  ensure_packages etcd-server
+  if ! has_all "$dest" "${BINARIES[@]}" etcd; then
+    ensure_packages "${BUILD_PACKAGES[@]}"
+    rm -rf "$root/.build-$KUBE_VERSION".*  # left by a run that was killed; we hold the lock
+    work=$(mktemp -d "$root/.build-$KUBE_VERSION.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+    log "building kube-apiserver $KUBE_VERSION from Debian source (about 5 minutes, once)..."
+    fetch_source "$work"
+    build "$work"
+    # Only a complete set of binaries ever appears under $dest: rename is atomic.
+    rm -rf "$dest"
+    mv -T "$work/out" "$dest"
+    log "built into $dest"
+  fi
+  echo "$dest"
+}
+
+main "$@"

@@ -1,0 +1,271 @@
+"""What a pod asks for (SPEC 1 and 3, rules 1 to 7 and 11), as plain data.
+
+Both the webhook (to admit and patch) and the allocator (to place) read a pod
+through `read_request`, so the two can never disagree about what a pod wants.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterator
+
+from . import annotations as keys
+from .cards import CORES_PER_CARD, CardModel, Fleet
+from .config import MthreadsConfig
+
+VENDOR_WHOLE_GPU = "mthreads.com/gpu"  # the vendor plugin's own whole-card resource
+MAX_QUANTITY = 2**31 - 1
+_PLAIN_INTEGER = re.compile(r"[1-9][0-9]{0,9}")
+
+
+class InvalidRequest(Exception):
+    """A pod the rules refuse; `rule` is the number in SPEC 3."""
+
+    def __init__(self, rule: int, message: str):
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+class Kind(str, Enum):
+    NONE = "none"
+    WHOLE = "whole"
+    SLICE = "slice"
+
+
+@dataclass(frozen=True)
+class ContainerAsk:
+    """What one container asks for. `memory` and `cores` are per card.
+
+    A whole-card ask that only gave a count has memory None until the
+    webhook writes the card's capacity into it.
+    """
+
+    name: str
+    init: bool
+    index: int  # position in spec.containers or spec.initContainers, for patch paths
+    kind: Kind
+    cards: int = 0
+    memory: int | None = None
+    cores: int | None = None
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    asks: tuple[ContainerAsk, ...]  # init containers first, as in the annotations
+    model: str | None  # the mthreads.com/card-model the pod names
+    models: tuple[CardModel, ...]  # the models whose cards can serve the pod
+
+    @property
+    def kind(self) -> Kind:
+        kinds = {a.kind for a in self.asks}
+        return Kind.SLICE if Kind.SLICE in kinds else Kind.WHOLE if Kind.WHOLE in kinds else Kind.NONE
+
+    @property
+    def cards(self) -> int:
+        """How many cards the pod holds: one for slices (they share it), else the sum."""
+        if self.kind is Kind.SLICE:
+            return 1
+        return sum(a.cards for a in self.asks)
+
+    @property
+    def slices(self) -> tuple[ContainerAsk, ...]:
+        return tuple(a for a in self.asks if a.kind is Kind.SLICE)
+
+
+def containers(pod: dict) -> Iterator[tuple[bool, int, dict]]:
+    """(is_init, index, container) for every container, init containers first."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for init, field in ((True, "initContainers"), (False, "containers")):
+        items = spec.get(field)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, dict):
+                    yield init, i, c
+
+
+def container_name(c: dict) -> str:
+    name = c.get("name")
+    return name if isinstance(name, str) else "?"
+
+
+def _resource_maps(c: dict) -> tuple[dict, dict]:
+    res = c.get("resources")
+    if not isinstance(res, dict):
+        return {}, {}
+    limits, requests = res.get("limits"), res.get("requests")
+    return (limits if isinstance(limits, dict) else {}), (requests if isinstance(requests, dict) else {})
+
+
+def raw_quantity(c: dict, resource: str) -> Any:
+    """The value of a resource from limits, else requests, else None."""
+    limits, requests = _resource_maps(c)
+    if resource in limits:
+        return limits[resource]
+    return requests.get(resource)
+
+
+def names_any(c: dict, resources: tuple[str, ...]) -> bool:
+    limits, requests = _resource_maps(c)
+    return any(r in limits or r in requests for r in resources)
+
+
+def parse_quantity(raw: Any) -> int | None:
+    """A plain positive integer no larger than 2^31-1, or None if it is anything else."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw if 0 < raw <= MAX_QUANTITY else None
+    if isinstance(raw, str) and _PLAIN_INTEGER.fullmatch(raw):
+        value = int(raw)
+        return value if value <= MAX_QUANTITY else None
+    return None
+
+
+def _display(raw: Any) -> str:
+    """A value as a message shows it: 32, "16Gi", 1.5."""
+    return json.dumps(raw) if isinstance(raw, (str, int, float, bool)) or raw is None \
+        else type(raw).__name__
+
+
+def resource_names(mt: MthreadsConfig) -> tuple[str, str, str]:
+    return mt.count_resource, mt.memory_resource, mt.core_resource
+
+
+def is_mthreads_pod(pod: dict, names: tuple[str, str, str]) -> bool:
+    """Does any container name the count, memory or core resource? (the hot path)"""
+    return any(names_any(c, names) for _, _, c in containers(pod))
+
+
+def card_model(pod: dict, fleet: Fleet) -> str | None:
+    """The model a pod names, checked against the fleet (rule 11)."""
+    meta = pod.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(ann, dict) or keys.CARD_MODEL not in ann:
+        return None
+    model = ann[keys.CARD_MODEL]
+    if model not in fleet.by_name:
+        raise InvalidRequest(11, f"annotation {keys.CARD_MODEL}={model!r} names no configured card "
+                                 f"model; configured: {', '.join(fleet.by_name)}")
+    return model
+
+
+def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
+                   capacities: tuple[int, ...]) -> ContainerAsk:
+    """Classify one container (rules 1, 4, 5 and 6).
+
+    `capacities` are the units per card of the models the pod may use; they
+    tell the whole-card form the webhook writes from a slice of a full card.
+    """
+    name = container_name(c)
+    who = f"container {name!r}".replace("'", '"')
+    count_r, mem_r, core_r = resource_names(mt)
+    values: dict[str, int | None] = {}
+    for resource in (count_r, mem_r, core_r):
+        raw = raw_quantity(c, resource)
+        if raw is None:
+            values[resource] = None
+            continue
+        value = parse_quantity(raw)
+        if value is None:
+            raise InvalidRequest(1, f"{who}: {resource}={_display(raw)} is not valid; it must be a "
+                                    f"plain positive integer (at most {MAX_QUANTITY})")
+        values[resource] = value
+    count, memory, cores = values[count_r], values[mem_r], values[core_r]
+    if raw_quantity(c, VENDOR_WHOLE_GPU) is not None and (count or memory or cores):
+        raise InvalidRequest(6, f"{who}: {VENDOR_WHOLE_GPU} cannot be combined with "
+                                f"{count_r}, {mem_r} or {core_r}")
+    if count is None and memory is None and cores is None:
+        return ContainerAsk(name, init, index, Kind.NONE)
+    if count is None:
+        given = mem_r if memory is not None else core_r
+        raise InvalidRequest(4, f"{who}: {given} is set without {count_r}; "
+                                f"set {count_r}: 1 to share one card")
+    if memory is None and cores is None:
+        return ContainerAsk(name, init, index, Kind.WHOLE, cards=count)
+    whole_units = _whole_form_units(count, memory, cores, capacities)
+    if whole_units is not None:
+        return ContainerAsk(name, init, index, Kind.WHOLE, count, whole_units, CORES_PER_CARD)
+    if count > 1:
+        raise InvalidRequest(4, f"{who}: {count_r}={count} with {mem_r} or {core_r} would share "
+                                f"{count} cards; sharing over several cards is not supported "
+                                f"(ask for {count_r}: 1, or for whole cards with {count_r} alone)")
+    if memory is None:
+        raise InvalidRequest(5, f"{who}: {core_r}={cores} is set without {mem_r}; "
+                                f"a shared card must bound its memory")
+    return ContainerAsk(name, init, index, Kind.SLICE, 1, memory, cores)
+
+
+def _whole_form_units(count: int, memory: int | None, cores: int | None,
+                      capacities: tuple[int, ...]) -> int | None:
+    """The capacity C when memory = count x C and cores = 16 x count, else None."""
+    if memory is None or cores != CORES_PER_CARD * count or memory % count:
+        return None
+    per_card = memory // count
+    return per_card if per_card in capacities else None
+
+
+def read_request(pod: dict, mt: MthreadsConfig, fleet: Fleet) -> PodRequest:
+    """Everything the pod asks for, checked against the fleet (rules 1 to 7 and 11)."""
+    model = card_model(pod, fleet)
+    allowed = fleet.models_for(model)
+    capacities = tuple(m.units for m in allowed)
+    asks = tuple(read_container(init, i, c, mt, capacities) for init, i, c in containers(pod))
+    request = PodRequest(asks, model, allowed)
+    if request.kind is Kind.SLICE:
+        return PodRequest(asks, model, _slice_models(request, mt, fleet, allowed))
+    if request.kind is Kind.WHOLE:
+        return PodRequest(asks, model, (_whole_model(request, fleet, allowed),))
+    return request
+
+
+def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
+                  allowed: tuple[CardModel, ...]) -> tuple[CardModel, ...]:
+    """Rules 2, 3 and 7: the models whose one card can hold every slice of the pod."""
+    count_r, mem_r, core_r = resource_names(mt)
+    valid_any = frozenset().union(*(m.valid for m in allowed))
+    for a in request.asks:
+        who = f'container "{a.name}"'
+        if a.kind is Kind.WHOLE:
+            raise InvalidRequest(7, f"{who} asks for whole cards beside a shared card in the same "
+                                    f"pod; only one Mthreads card can be shared in a pod")
+        if a.kind is not Kind.SLICE:
+            continue
+        if a.memory not in valid_any:
+            raise InvalidRequest(2, f"{who}: {mem_r}={a.memory} is not valid; valid values are "
+                                    f"{fleet.valid_text(request.model)}")
+        if a.cores is not None and not 1 <= a.cores <= CORES_PER_CARD:
+            raise InvalidRequest(3, f"{who}: {core_r}={a.cores} is not valid; valid values are "
+                                    f"1 to {CORES_PER_CARD} (core groups per card)")
+    slices = request.slices
+    memory = sum(a.memory for a in slices)
+    cores = sum(a.cores or 0 for a in slices)
+    fitting = tuple(m for m in allowed
+                    if all(a.memory in m.valid for a in slices)
+                    and memory <= m.units and cores <= CORES_PER_CARD)
+    if not fitting:
+        names = ", ".join(f'"{a.name}"' for a in slices)
+        cards = "; ".join(f"{m.name} has {m.units} units and {CORES_PER_CARD} core groups"
+                          for m in allowed)
+        raise InvalidRequest(7, f"containers {names} share one card and together ask for "
+                                f"{memory} units of {mem_r} and {cores} of {core_r}, more than "
+                                f"one card of a model on which each value is valid holds ({cards}); "
+                                f"only one Mthreads card can be shared in a pod")
+    return fitting
+
+
+def _whole_model(request: PodRequest, fleet: Fleet, allowed: tuple[CardModel, ...]) -> CardModel:
+    """The one model all whole-card asks of the pod take (rule 7: one pod, one model)."""
+    written = {a.memory for a in request.asks if a.kind is Kind.WHOLE and a.memory is not None}
+    if len(written) > 1:
+        raise InvalidRequest(7, "the containers ask for whole cards of different models "
+                                f"({', '.join(fleet.by_units[u].name for u in sorted(written))}); "
+                                "the cards of one pod are on one node, of one model")
+    if written:
+        return fleet.by_units[written.pop()]
+    return min(allowed, key=lambda m: m.units)
