@@ -1,0 +1,39 @@
+# Two commands: `make run` serves the webhook, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+BIND ?= 127.0.0.1:8443
+CONFIG ?=
+
+.PHONY: install run test test-unit certs kube-assets cluster-demo bench fuzz clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+certs: certs/tls.crt
+
+certs/tls.crt: | install
+	$(BIN)/mthreads-webhook certs --out certs
+
+run: install certs
+	$(BIN)/mthreads-webhook serve --bind $(BIND) --cert-file certs/tls.crt --key-file certs/tls.key \
+		$(if $(CONFIG),--config $(CONFIG))
+
+# kube-apiserver, kube-scheduler and etcd for the cluster tests (built once, cached).
+kube-assets:
+	hack/kube-assets.sh
+
+test: install
+	hack/kube-assets.sh >/dev/null
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(BIN)/python -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	find certs -mindepth 1 ! -name .gitkeep -delete

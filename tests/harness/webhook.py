@@ -1,0 +1,82 @@
+"""A real `mthreads-webhook serve` (gunicorn, TLS) on 127.0.0.1, for tests."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from tests.harness.kube import _log_tail, _stop_process, free_ports
+
+CLI = [sys.executable, "-m", "webhook.cli"]
+
+
+def make_certs(directory: Path) -> Path:
+    subprocess.run([*CLI, "certs", "--out", str(directory)], check=True, capture_output=True)
+    return directory
+
+
+class WebhookProcess:
+    def __init__(self, workdir: Path, config: str | None = None, extra: list[str] = ()):
+        self.workdir = Path(workdir)
+        self.certs = self.workdir / "certs"
+        if not (self.certs / "tls.crt").exists():
+            make_certs(self.certs)
+        self.port = free_ports(1)[0]
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.ca = str(self.certs / "ca.crt")
+        self.log = self.workdir / f"webhook-{self.port}.log"
+        self.args = [*CLI, "serve", "--bind", f"127.0.0.1:{self.port}",
+                     "--cert-file", str(self.certs / "tls.crt"),
+                     "--key-file", str(self.certs / "tls.key"), *extra]
+        if config:
+            self.args += ["--config", config]
+        self.proc: subprocess.Popen | None = None
+        self.session = requests.Session()
+        self.session.trust_env = False  # the machine's REQUESTS_CA_BUNDLE must not win over ours
+        self.session.verify = self.ca
+
+    def start(self, timeout: float = 20.0) -> "WebhookProcess":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{_log_tail(self.log)}")
+            try:
+                if self.session.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"webhook not ready in {timeout}s:\n{_log_tail(self.log)}")
+
+    def post(self, path: str, body, **kw) -> requests.Response:
+        return self.session.post(f"{self.url}{path}", json=body, timeout=10, **kw)
+
+    def workers(self) -> list[int]:
+        """The gunicorn worker PIDs (the master's children)."""
+        pid = self.proc.pid
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(p) for p in text.split()]
+
+    def peer_certificate(self) -> bytes:
+        """The DER certificate a new connection is served."""
+        ctx = ssl.create_default_context(cafile=self.ca)
+        import socket
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                return s.getpeercert(binary_form=True)
+
+    def stop(self) -> int | None:
+        if self.proc is not None:
+            _stop_process(self.proc, timeout=30)
+            return self.proc.returncode
+        return None

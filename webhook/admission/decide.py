@@ -1,0 +1,34 @@
+"""Decode -> decide -> respond: the decision for one AdmissionReview, with no HTTP in it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..pods import InvalidRequest
+from . import review as rv
+from .mutate import patch_for
+from .validate import Rules, check_create, check_update
+
+
+@dataclass(frozen=True)
+class Outcome:
+    response: dict  # the AdmissionReview to send back
+    result: str  # "allowed", "patched" or "denied", for the metrics
+    rule: int | None = None  # the SPEC 3 rule a denial broke
+
+
+def decide(review: rv.Review, rules: Rules, mutating: bool) -> Outcome:
+    """Both webhooks deny what breaks a rule; only the mutating one patches."""
+    if not review.is_pod or review.operation not in ("CREATE", "UPDATE"):
+        return Outcome(rv.allow(review), "allowed")
+    try:
+        if review.operation == "UPDATE":
+            check_update(review.old_obj, review.obj, rules, review.username)
+            return Outcome(rv.allow(review), "allowed")
+        request = check_create(review.obj, rules, review.username)
+    except InvalidRequest as e:
+        return Outcome(rv.deny(review.api_version, review.uid, e.message), "denied", e.rule)
+    if request is None or not mutating:
+        return Outcome(rv.allow(review), "allowed")
+    patch = patch_for(review.obj, request, rules)
+    return Outcome(rv.allow(review, patch), "patched" if patch else "allowed")

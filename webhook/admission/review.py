@@ -1,0 +1,91 @@
+"""AdmissionReview in and out (admission.k8s.io v1 and v1beta1), with no HTTP in it."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
+class BadReview(ValueError):
+    """A body that is not an AdmissionReview we can answer; `status` is the HTTP code."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Review:
+    api_version: str
+    uid: str
+    operation: str
+    is_pod: bool
+    obj: dict | None
+    old_obj: dict | None
+    username: str
+
+
+def decode(body: bytes) -> Review:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BadReview(f"body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise BadReview("body is not a JSON object")
+    if data.get("kind") != "AdmissionReview":
+        raise BadReview(f"kind is {data.get('kind')!r}, expected 'AdmissionReview'")
+    version = data.get("apiVersion")
+    if version not in VERSIONS:
+        raise BadReview(f"apiVersion {version!r} is not one of {', '.join(VERSIONS)}")
+    req = data.get("request")
+    if not isinstance(req, dict):
+        raise BadReview("request is missing or not an object")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid is missing or empty")
+    op = req.get("operation")
+    if op not in OPERATIONS:
+        raise BadReview(f"request.operation {op!r} is not one of {', '.join(OPERATIONS)}")
+    obj, old = req.get("object"), req.get("oldObject")
+    if op in ("CREATE", "UPDATE") and not isinstance(obj, dict):
+        raise BadReview(f"request.object is missing on {op}")
+    if op == "UPDATE" and not isinstance(old, dict):
+        raise BadReview("request.oldObject is missing on UPDATE")
+    user = req.get("userInfo")
+    username = user.get("username") if isinstance(user, dict) else None
+    return Review(version, uid, op, _is_pod(req, obj), obj if isinstance(obj, dict) else None,
+                  old if isinstance(old, dict) else None,
+                  username if isinstance(username, str) else "")
+
+
+def _is_pod(req: dict, obj: Any) -> bool:
+    kind = req.get("kind")
+    if isinstance(kind, dict):
+        return kind.get("kind") == "Pod" and kind.get("group", "") == ""
+    return isinstance(obj, dict) and obj.get("kind") == "Pod"
+
+
+def allow(review: Review, patch: list[dict] | None = None) -> dict:
+    response: dict[str, Any] = {"uid": review.uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return _envelope(review.api_version, response)
+
+
+def deny(api_version: str, uid: str, message: str, code: int = 403) -> dict:
+    reason = "Forbidden" if code == 403 else "InternalError"
+    return _envelope(api_version, {
+        "uid": uid, "allowed": False,
+        "status": {"code": code, "reason": reason, "message": message},
+    })
+
+
+def _envelope(api_version: str, response: dict) -> dict:
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}

@@ -1,0 +1,94 @@
+"""Which cards of a node can serve the pod's request (SPEC 4).
+
+The cards go through a fixed pipeline of filters; the first filter that leaves fewer
+cards than the pod needs names the node's reason. All slices of a pod share one card;
+N whole cards take N idle cards of the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..cards import CORES_PER_CARD, UNIT_MIB
+from ..pods import Kind, PodRequest
+from . import reasons
+from .inventory import Card, NodeCards
+from .state import CardUsage
+
+
+@dataclass(frozen=True)
+class CardNeed:
+    """A pod's request reduced to what a card check needs."""
+
+    kind: Kind
+    cards: int  # cards the pod holds: 1 for slices
+    memory_mib: int  # per card: sum of the slices, or 0 for whole cards (they take all)
+    cores: int  # per card: sum of the slices' cores
+    any_coreless: bool  # some slice names no cores: needs a card whose cores are not all reserved
+    model_units: frozenset[int]
+    use: frozenset[str]  # card ids allowed (empty: all)
+    nouse: frozenset[str]  # card ids avoided
+
+
+def card_ids(text) -> frozenset[str]:
+    if not isinstance(text, str):
+        return frozenset()
+    return frozenset(p.strip() for p in text.split(",") if p.strip())
+
+
+def need_of(request: PodRequest, use: frozenset[str] = frozenset(),
+            nouse: frozenset[str] = frozenset()) -> CardNeed:
+    slices = request.slices
+    return CardNeed(
+        kind=request.kind, cards=request.cards,
+        memory_mib=sum(a.memory for a in slices) * UNIT_MIB,
+        cores=sum(a.cores or 0 for a in slices),
+        any_coreless=any(a.cores is None for a in slices),
+        model_units=frozenset(m.units for m in request.models), use=use, nouse=nouse)
+
+
+def held_whole(card: Card, u: CardUsage) -> bool:
+    """A card held exclusively (or simply full) takes nothing more."""
+    return u.whole > 0 or (u.memory_mib >= card.memory_mib and u.cores >= CORES_PER_CARD)
+
+
+Usage = Callable[[str], CardUsage]
+
+
+def _filters(need: CardNeed, usage: Usage):
+    yield reasons.TYPE_MISMATCH, lambda c: c.model.units in need.model_units
+    yield reasons.UUID_MISMATCH, lambda c: (not need.use or c.id in need.use) and c.id not in need.nouse
+    if need.kind is Kind.WHOLE:
+        yield reasons.EXCLUSIVE_CONFLICT, lambda c: usage(c.id).idle
+        return
+    yield reasons.EXCLUSIVE_CONFLICT, lambda c: not held_whole(c, usage(c.id))
+    if need.any_coreless:
+        yield reasons.CORES_EXHAUSTED, lambda c: usage(c.id).cores < CORES_PER_CARD
+    yield reasons.INSUFFICIENT_CARD_MEMORY, lambda c: c.memory_mib - usage(c.id).memory_mib >= need.memory_mib
+    yield reasons.INSUFFICIENT_CARD_CORES, lambda c: CORES_PER_CARD - usage(c.id).cores >= need.cores
+
+
+def fraction_used(card: Card, u: CardUsage) -> float:
+    return (u.memory_mib / card.memory_mib + u.cores / CORES_PER_CARD) / 2
+
+
+def fit_cards(need: CardNeed, node: NodeCards, usage: Usage, node_held_whole: bool,
+              gpu_policy: str) -> tuple[str | None, tuple[Card, ...]]:
+    """(None, chosen cards) or (reason, ())."""
+    if node.problem:
+        return reasons.INCONSISTENT, ()
+    if len(node.cards) < need.cards:
+        return reasons.NO_DEVICE, ()
+    if node_held_whole:
+        return reasons.EXCLUSIVE_CONFLICT, ()
+    candidates = list(node.cards)
+    for reason, keep in _filters(need, usage):
+        candidates = [c for c in candidates if keep(c)]
+        if len(candidates) < need.cards:
+            return reason, ()
+    if need.kind is Kind.WHOLE:
+        return None, tuple(candidates[:need.cards])  # all idle: lowest indexes first
+    sign = -1 if gpu_policy == "binpack" else 1  # spread: least used card first
+    best = min(candidates, key=lambda c: (sign * fraction_used(c, usage(c.id)), c.index))
+    return None, (best,)

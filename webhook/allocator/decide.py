@@ -1,0 +1,94 @@
+"""One decision: the node and cards for a pending pod, or the counted reasons why none fits.
+
+A plain function of the pod and the indexed state; it reads no other pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from .. import annotations as keys
+from ..cards import CORES_PER_CARD, UNIT_MIB
+from ..config import Config
+from ..hami import Device
+from ..pods import Kind, PodRequest
+from . import reasons
+from .card_fit import card_ids, fit_cards, need_of
+from .inventory import Card
+from .node_fit import node_reason
+from .resources import pod_requests
+from .score import best_node, policies
+from .shares import CardShare, PodShare
+from .state import ClusterState
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+    devices: tuple[tuple[Device, ...], ...]  # per container, init containers first
+    gpu_index: str  # the card indexes in the order of the devices, each once
+    share: PodShare  # what the pod will hold, to record before the watch confirms it
+
+
+@dataclass(frozen=True)
+class NoFit:
+    message: str
+    rejected: Counter
+
+
+def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: Config):
+    """Placement or NoFit. `request` None: the pod asks for no Mthreads card."""
+    spec = pod.get("spec") or {}
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    node_policy, gpu_policy = policies(pod, config)
+    wants = pod_requests(pod)
+    kind = request.kind if request is not None else Kind.NONE
+    need = need_of(request, card_ids(ann.get(keys.USE_CARDS)),
+                   card_ids(ann.get(keys.NOUSE_CARDS))) if kind is not Kind.NONE else None
+    rejected: Counter = Counter()
+    fitting, chosen = [], {}
+    for info in state.nodes.values():
+        reason = node_reason(spec, info.obj, info.allocatable, state.requested_on(info.name), wants)
+        cards: tuple[Card, ...] = ()
+        if reason is None and need is not None:
+            reason, cards = fit_cards(need, info.cards, state.card,
+                                      state.node_held_whole(info.name), gpu_policy)
+        if reason is not None:
+            rejected[reason] += 1
+            continue
+        fitting.append(info)
+        chosen[info.name] = cards
+    if not fitting:
+        return NoFit(reasons.summary(len(state.nodes), rejected), rejected)
+    node = best_node(fitting, state, kind, node_policy)
+    return placement(pod, request, node.name, chosen[node.name], wants)
+
+
+def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Card, ...],
+              wants) -> Placement:
+    uid = (pod.get("metadata") or {}).get("uid", "")
+    devices: list[tuple[Device, ...]] = []
+    if request is not None and request.kind is not Kind.NONE:
+        free = iter(cards)
+        for a in request.asks:
+            if a.kind is Kind.SLICE:
+                devices.append((Device(cards[0].id, a.memory * UNIT_MIB, a.cores or 0),))
+            elif a.kind is Kind.WHOLE:
+                devices.append(tuple(Device(c.id, c.memory_mib, CORES_PER_CARD)
+                                     for c in (next(free) for _ in range(a.cards))))
+            else:
+                devices.append(())
+    by_id = {c.id: c for c in cards}
+    order: list[int] = []
+    merged: dict[str, list[int]] = {}
+    for ds in devices:
+        for d in ds:
+            if by_id[d.card].index not in order:
+                order.append(by_id[d.card].index)
+            m = merged.setdefault(d.card, [0, 0])
+            m[0] += d.memory_mib
+            m[1] += d.cores
+    share = PodShare(uid, node, wants,
+                     tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()))
+    return Placement(node, tuple(devices), ",".join(str(i) for i in order), share)

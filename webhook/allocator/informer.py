@@ -1,0 +1,114 @@
+"""List then watch one kind of object, feeding events to the decision loop's queue.
+
+Resumes from the last resourceVersion seen (bookmarks included) and relists on 410 Gone.
+Each relist is delivered as one ("RESET", items) event so the loop can rebuild at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+
+from kubernetes.watch.watch import iter_resp_lines
+
+from .api import Api, ApiError
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 240  # the server ends each watch after this; we then resume
+
+
+class Informer:
+    def __init__(self, api: Api, kind: str, path: str, field_selector: str | None,
+                 out: "queue.Queue", session: int):
+        self.api, self.kind, self.path = api, kind, path
+        self.field_selector = field_selector
+        self.out, self.session = out, session
+        self.stopped = threading.Event()
+        self._resp = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+
+    def start(self) -> "Informer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.close()
+            except Exception:
+                pass
+
+    def _emit(self, event: str, obj) -> None:
+        self.out.put((self.session, self.kind, event, obj))
+
+    def _query(self, **extra) -> dict:
+        q = dict(extra)
+        if self.field_selector:
+            q["fieldSelector"] = self.field_selector
+        return q
+
+    def _list(self) -> str:
+        reply = self.api.call("GET", self.path, self._query(), timeout=30)
+        if not reply.ok or reply.body is None:
+            raise ApiError(f"list {self.kind}: {reply.message()}")
+        self._emit("RESET", reply.body.get("items") or [])
+        return reply.body["metadata"]["resourceVersion"]
+
+    def _run(self) -> None:
+        rv = None
+        delay = 0.5
+        while not self.stopped.is_set():
+            try:
+                if rv is None:
+                    rv = self._list()
+                rv = self._watch(rv)
+                delay = 0.5
+            except ApiError as e:
+                log.warning("watch %s: %s; retrying in %.1fs", self.kind, e, delay)
+                self.stopped.wait(delay)
+                delay = min(delay * 2, 8)
+
+    def _watch(self, rv: str) -> str | None:
+        """Returns the resourceVersion to resume from, or None to relist."""
+        resp = self.api.stream(self.path, self._query(
+            watch="true", resourceVersion=rv, allowWatchBookmarks="true",
+            timeoutSeconds=str(WATCH_SECONDS)))
+        self._resp = resp
+        try:
+            if resp.status == 410:
+                return None
+            if resp.status != 200:
+                raise ApiError(f"watch {self.kind}: HTTP {resp.status}")
+            for line in iter_resp_lines(resp):
+                if self.stopped.is_set():
+                    return rv
+                if not line:
+                    continue
+                ev = json.loads(line)
+                kind, obj = ev.get("type"), ev.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return None  # too old: relist
+                    raise ApiError(f"watch {self.kind}: {obj.get('message')}")
+                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                if kind != "BOOKMARK":
+                    self._emit(kind, obj)
+            return rv
+        except (OSError, ValueError, Exception) as e:
+            if self.stopped.is_set():
+                return rv
+            if isinstance(e, ApiError):
+                raise
+            raise ApiError(f"watch {self.kind} broke: {type(e).__name__}") from None
+        finally:
+            self._resp = None
+            try:
+                resp.release_conn()
+            except Exception:
+                pass

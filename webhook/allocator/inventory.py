@@ -1,0 +1,55 @@
+"""The cards of a node, read from its status.capacity (SPEC 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cards import CORES_PER_CARD, UNIT_MIB, CardModel
+from ..config import MthreadsConfig
+from ..pods import parse_quantity
+
+
+@dataclass(frozen=True)
+class Card:
+    id: str  # "<node>-mthreads-<index>"
+    index: int
+    model: CardModel
+
+    @property
+    def memory_mib(self) -> int:
+        return self.model.units * UNIT_MIB
+
+
+@dataclass(frozen=True)
+class NodeCards:
+    cards: tuple[Card, ...] = ()
+    problem: str | None = None  # why a node that reports Mthreads capacity has no usable cards
+
+
+def card_id(node: str, index: int) -> str:
+    return f"{node}-mthreads-{index}"
+
+
+def node_cards(node: dict, mt: MthreadsConfig) -> NodeCards:
+    """cards = sgpu-core / 16, units per card = sgpu-memory / cards, model from the units."""
+    name = (node.get("metadata") or {}).get("name", "")
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    raw_cores, raw_memory = capacity.get(mt.core_resource), capacity.get(mt.memory_resource)
+    if raw_cores is None and raw_memory is None:
+        return NodeCards()  # not an Mthreads node
+    if raw_cores in ("0", 0) and raw_memory in ("0", 0, None):
+        return NodeCards()  # the device plugin reports no cards (e.g. while it restarts)
+    cores, memory = parse_quantity(raw_cores), parse_quantity(raw_memory)
+    if cores is None or memory is None:
+        return NodeCards(problem=f"capacity {mt.core_resource}={raw_cores!r}, "
+                                 f"{mt.memory_resource}={raw_memory!r} are not both positive integers")
+    if cores % CORES_PER_CARD:
+        return NodeCards(problem=f"{mt.core_resource}={cores} is not a multiple of {CORES_PER_CARD}")
+    count = cores // CORES_PER_CARD
+    if memory % count:
+        return NodeCards(problem=f"{mt.memory_resource}={memory} does not divide into {count} cards")
+    units = memory // count
+    if units < 2:
+        return NodeCards(problem=f"{units} units per card is less than the smallest slice (2)")
+    model = CardModel.of(units)
+    return NodeCards(tuple(Card(card_id(name, i), i, model) for i in range(count)))

@@ -1,0 +1,71 @@
+"""Entry point: wire the API client, Lease, metrics and decision loop; stop cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+
+from ..config import Config
+from .api import Api, make_api_client
+from .leader import LeaderElector
+from .loop import Allocator
+from .metrics import Metrics, serve
+
+log = logging.getLogger("webhook.allocator")
+
+SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+DEFAULT_NAMESPACE = "kube-system"
+
+
+def lease_namespace(namespace: str | None) -> str:
+    if namespace:
+        return namespace
+    try:
+        with open(SA_NAMESPACE_FILE, encoding="utf-8") as f:
+            return f.read().strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
+
+
+def identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_bind: str) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    api = Api(make_api_client(kubeconfig))
+    me = identity()
+    ns = lease_namespace(namespace)
+    metrics = Metrics()
+    leader = LeaderElector(api, ns, me)
+    allocator = Allocator(config, api, leader, metrics, me)
+    server = serve(metrics, metrics_bind,
+                   healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
+    stop_leading = threading.Event()
+
+    def on_term(signum, frame):
+        log.info("signal %d: stopping", signum)
+        allocator.stop.set()
+        leader.changed.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    elector = threading.Thread(target=leader.run, args=(stop_leading,), name="lease", daemon=True)
+    elector.start()
+    log.info("allocator %s: scheduler %s, lease %s/mthreads-allocator, metrics on %s",
+             me, config.scheduler_name, ns, metrics_bind)
+    try:
+        allocator.run()
+    finally:
+        stop_leading.set()
+        elector.join(timeout=5)
+        leader.release()
+        server.shutdown()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,114 @@
+"""Can a node run the pod at all? Readiness, cordon, taints, selector, affinity, cpu/memory/pods.
+
+The checks run in a fixed order and the first that fails is the node's reason, as
+kube-scheduler's filters do.
+"""
+
+from __future__ import annotations
+
+from . import reasons
+from .resources import Resources
+
+_UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def is_ready(node: dict) -> bool:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+def tolerates(tolerations: list, taint: dict) -> bool:
+    for t in tolerations or ():
+        effect = t.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        op = t.get("operator") or "Equal"
+        key = t.get("key") or ""
+        if op == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def untolerated_taint(node: dict, tolerations: list) -> dict | None:
+    for taint in (node.get("spec") or {}).get("taints") or ():
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return taint
+    return None
+
+
+def _expression_matches(expr: dict, value: str | None) -> bool:
+    op, values = expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt"):
+        if value is None or len(values) != 1:
+            return False
+        try:
+            have, want = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def term_matches(term: dict, labels: dict, name: str) -> bool:
+    """All expressions and fields of one nodeSelectorTerm; an empty term matches nothing."""
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    for e in exprs:
+        if not _expression_matches(e, labels.get(e.get("key"))):
+            return False
+    for f in fields:
+        value = name if f.get("key") == "metadata.name" else None
+        if not _expression_matches(f, value):
+            return False
+    return True
+
+
+def matches_selector_and_affinity(pod_spec: dict, node: dict) -> bool:
+    meta = node.get("metadata") or {}
+    labels, name = meta.get("labels") or {}, meta.get("name", "")
+    for k, v in (pod_spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is None:
+        return True
+    return any(term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or ())
+
+
+def node_reason(pod_spec: dict, node: dict, allocatable: Resources, requested: Resources,
+                wants: Resources) -> str | None:
+    """None when the node can run the pod, else the reason string."""
+    if not is_ready(node):
+        return reasons.NOT_READY
+    tolerations = pod_spec.get("tolerations") or []
+    if (node.get("spec") or {}).get("unschedulable") and not tolerates(
+            tolerations, {"key": _UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
+        return reasons.UNSCHEDULABLE
+    if untolerated_taint(node, tolerations) is not None:
+        return reasons.TAINTED
+    if not matches_selector_and_affinity(pod_spec, node):
+        return reasons.AFFINITY
+    free = allocatable - requested
+    if wants.pods > free.pods:
+        return reasons.TOO_MANY_PODS
+    # like kube-scheduler, a pod that requests none of a resource is not refused for it
+    if wants.cpu_milli and wants.cpu_milli > free.cpu_milli:
+        return reasons.INSUFFICIENT_CPU
+    if wants.memory_bytes and wants.memory_bytes > free.memory_bytes:
+        return reasons.INSUFFICIENT_MEMORY
+    return None

@@ -1,0 +1,46 @@
+"""Why a node cannot take a pod: a small fixed set of reason strings, counted like kube-scheduler.
+
+Node-level reasons use kube-scheduler's wording so that people reading `kubectl describe pod`
+see what they know; card-level reasons use HAMi's names.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+# Node-level (the node cannot run the pod at all).
+NOT_READY = "node(s) were not ready"
+UNSCHEDULABLE = "node(s) were unschedulable"
+TAINTED = "node(s) had untolerated taint"
+AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+INSUFFICIENT_CPU = "Insufficient cpu"
+INSUFFICIENT_MEMORY = "Insufficient memory"
+TOO_MANY_PODS = "Too many pods"
+
+# Card-level (the node runs the pod but none of its cards can serve it).
+NO_DEVICE = "NodeInsufficientDevice"  # no Mthreads cards, or fewer than the pod asks for
+INCONSISTENT = "NodeCardsInconsistent"  # status.capacity cannot be read as cards
+TYPE_MISMATCH = "CardTypeMismatch"  # no card of a model the request is valid for
+UUID_MISMATCH = "CardUuidMismatch"  # use-gpuuuid / nouse-gpuuuid left no card
+EXCLUSIVE_CONFLICT = "ExclusiveDeviceAllocateConflict"  # card held whole, or whole card asked of a busy one
+CORES_EXHAUSTED = "CardComputeUnitsExhausted"  # a slice without cores on a card whose cores are all reserved
+INSUFFICIENT_CARD_MEMORY = "CardInsufficientMemory"
+INSUFFICIENT_CARD_CORES = "CardInsufficientCore"
+
+ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY,
+       TOO_MANY_PODS, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, EXCLUSIVE_CONFLICT,
+       CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY, INSUFFICIENT_CARD_CORES)
+
+# Not about a node: the pod itself breaks the admission rules (created while the webhook was down).
+INVALID_REQUEST = "InvalidRequest"
+
+
+def summary(total_nodes: int, rejected: Counter) -> str:
+    """`0/3 nodes are available: 2 CardInsufficientMemory, 1 node(s) were unschedulable.`
+
+    Most frequent reason first, then alphabetical, so the message is stable.
+    """
+    if not rejected:
+        return f"0/{total_nodes} nodes are available."
+    parts = [f"{n} {reason}" for reason, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return f"0/{total_nodes} nodes are available: {', '.join(parts)}."

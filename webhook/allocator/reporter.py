@@ -1,0 +1,91 @@
+"""Telling users why a pod waits: the PodScheduled condition and a FailedScheduling event."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+
+from .api import Api, ApiError
+from .events import EventBook
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def scheduled_condition(pod: dict) -> dict | None:
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            return c
+    return None
+
+
+class Reporter:
+    def __init__(self, api: Api, component: str, instance: str):
+        self.api, self.component, self.instance = api, component, instance
+        self.book = EventBook()
+
+    def unschedulable(self, pod: dict, message: str) -> None:
+        meta = pod["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        try:
+            self._condition(pod, message)
+            action = self.book.note(uid, message, time.monotonic())
+            if action == "create":
+                self._create_event(pod, message)
+                log.info("unschedulable %s/%s: %s", ns, name, message)
+            elif action == "patch":
+                self._patch_event(ns, uid)
+        except ApiError as e:
+            log.warning("reporting %s/%s: %s", ns, name, e)
+
+    def forget(self, uid: str) -> None:
+        self.book.forget(uid)
+
+    def _condition(self, pod: dict, message: str) -> None:
+        c = scheduled_condition(pod)
+        if c and c.get("status") == "False" and c.get("reason") == "Unschedulable" \
+                and c.get("message") == message:
+            return  # already says so: no write
+        meta = pod["metadata"]
+        patch = {"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": message, "lastProbeTime": None, "lastTransitionTime": _now()}]}}
+        reply = self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/"
+                              f"{meta['name']}/status", body=patch,
+                              content_type="application/strategic-merge-patch+json")
+        if not reply.ok and reply.status != 404:
+            log.warning("condition on %s/%s: %s", meta["namespace"], meta["name"], reply.message())
+
+    def _create_event(self, pod: dict, message: str) -> None:
+        meta = pod["metadata"]
+        ns, now = meta["namespace"], _now()
+        event_name = f"{meta['name']}.{time.time_ns():x}"
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": event_name, "namespace": ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns,
+                               "name": meta["name"], "uid": meta["uid"],
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": "FailedScheduling", "message": message, "type": "Warning",
+            "source": {"component": self.component},
+            "reportingComponent": self.component, "reportingInstance": self.instance,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        reply = self.api.call("POST", f"/api/v1/namespaces/{ns}/events", body=body)
+        if reply.ok:
+            self.book.written(meta["uid"], event_name, time.monotonic())
+        else:
+            log.warning("event for %s/%s: %s", ns, meta["name"], reply.message())
+
+    def _patch_event(self, ns: str, uid: str) -> None:
+        t = self.book.by_pod[uid]
+        reply = self.api.call("PATCH", f"/api/v1/namespaces/{ns}/events/{t.name}",
+                              body={"count": t.count, "lastTimestamp": _now()},
+                              content_type="application/merge-patch+json")
+        self.book.written(uid, None, time.monotonic())
+        if not reply.ok:
+            log.warning("event %s/%s: %s", ns, t.name, reply.message())

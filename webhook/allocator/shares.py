@@ -1,0 +1,85 @@
+"""What one bound pod holds: cpu/memory on its node and memory/cores on its cards.
+
+Read from the pod alone (its `hami.io/mthreads-vgpu-devices-allocated` annotation), so
+usage can be rebuilt from the cluster's pods at any time. A garbled annotation is never
+under-counted: the cards it names (or, when it names none, every card of its node) are held whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from .. import annotations as keys
+from ..hami import EncodingError, decode
+from .resources import Resources, pod_requests
+
+log = logging.getLogger(__name__)
+
+_CARD_ID = re.compile(r"[A-Za-z0-9.\-]+-mthreads-[0-9]+")
+
+
+@dataclass(frozen=True)
+class CardShare:
+    card: str
+    memory_mib: int
+    cores: int
+    whole: bool = False  # held exclusively: nothing else may share the card
+
+
+@dataclass(frozen=True)
+class PodShare:
+    uid: str
+    node: str
+    resources: Resources
+    cards: tuple[CardShare, ...] = ()
+    whole_node: bool = False  # garbled allocation naming no card: every card of the node is held
+    problem: str | None = None  # why the annotation could not be read, for the log
+
+
+def _meta(pod: dict) -> dict:
+    return pod.get("metadata") or {}
+
+
+def is_terminated(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def share_of(pod: dict) -> PodShare:
+    """The share of a pod bound to a node (no allocation annotation: cpu/memory only)."""
+    meta = _meta(pod)
+    uid, node = meta.get("uid", ""), (pod.get("spec") or {}).get("nodeName", "")
+    resources = pod_requests(pod)
+    ann = meta.get("annotations") or {}
+    text = ann.get(keys.ALLOCATED)
+    if text is None:
+        return PodShare(uid, node, resources)
+    try:
+        containers = decode(text) if isinstance(text, str) else None
+        if containers is None:
+            raise EncodingError("not a string")
+        merged: dict[str, list[int]] = {}
+        for devices in containers:
+            for d in devices:
+                if not d.card:
+                    raise EncodingError(f"an entry has no card id in {text!r}")
+                m = merged.setdefault(d.card, [0, 0])
+                m[0] += d.memory_mib
+                m[1] += d.cores
+        return PodShare(uid, node, resources,
+                        tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()))
+    except EncodingError as e:
+        return _garbled(uid, node, resources, ann, str(text), str(e))
+
+
+def _garbled(uid: str, node: str, resources: Resources, ann: dict, text: str, why: str) -> PodShare:
+    named = set(_CARD_ID.findall(text))
+    index = ann.get(keys.GPU_INDEX)
+    if isinstance(index, str):
+        named.update(f"{node}-mthreads-{i.strip()}" for i in index.split(",") if i.strip().isdigit())
+    problem = f"unreadable {keys.ALLOCATED} ({why})"
+    if named:
+        return PodShare(uid, node, resources,
+                        tuple(CardShare(c, 0, 0, whole=True) for c in sorted(named)), problem=problem)
+    return PodShare(uid, node, resources, whole_node=True, problem=problem)

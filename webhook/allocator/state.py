@@ -1,0 +1,129 @@
+"""The usage of every node and card, indexed so that a decision never scans the pods.
+
+Keyed by pod uid, so adding a pod's share twice (our own bind, then the watch event
+that confirms it) or removing it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config import MthreadsConfig
+from .inventory import NodeCards, node_cards
+from .resources import Resources, node_allocatable
+from .shares import PodShare
+
+
+@dataclass
+class CardUsage:
+    memory_mib: int = 0
+    cores: int = 0
+    whole: int = 0  # shares that hold the card exclusively
+    holders: int = 0  # shares of any kind
+
+    @property
+    def idle(self) -> bool:
+        return self.holders == 0
+
+
+@dataclass
+class NodeUsage:
+    requested: Resources = field(default_factory=Resources)
+    whole_node: int = 0  # garbled shares that hold every card of the node
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    obj: dict  # the Node as the API server returned it
+    cards: NodeCards
+    allocatable: Resources
+
+
+class ClusterState:
+    def __init__(self, mt: MthreadsConfig):
+        self.mt = mt
+        self.nodes: dict[str, NodeInfo] = {}
+        self.shares: dict[str, PodShare] = {}
+        self.cards: dict[str, CardUsage] = {}  # by card id, also for cards of nodes not seen yet
+        self.node_usage: dict[str, NodeUsage] = {}
+        # Bumped whenever room may have appeared (a share freed, a node added or changed):
+        # pods that did not fit are retried only then.
+        self.generation = 0
+
+    # nodes
+    def set_node(self, node: dict) -> None:
+        name = node["metadata"]["name"]
+        old = self.nodes.get(name)
+        info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node))
+        self.nodes[name] = info
+        if old is None or _fingerprint(old.obj) != _fingerprint(node):
+            self.generation += 1  # heartbeats that change nothing a decision reads retry nothing
+
+    def remove_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.generation += 1
+
+    def replace_nodes(self, nodes: list[dict]) -> None:
+        self.nodes.clear()
+        for n in nodes:
+            self.set_node(n)
+
+    # shares
+    def add(self, share: PodShare) -> None:
+        old = self.shares.get(share.uid)
+        if old == share:
+            return
+        if old is not None:
+            self.remove(share.uid)
+        self.shares[share.uid] = share
+        self._apply(share, +1)
+
+    def remove(self, uid: str) -> PodShare | None:
+        share = self.shares.pop(uid, None)
+        if share is not None:
+            self._apply(share, -1)
+            self.generation += 1
+        return share
+
+    def clear_shares(self) -> None:
+        self.shares.clear()
+        self.cards.clear()
+        self.node_usage.clear()
+        self.generation += 1
+
+    def _apply(self, share: PodShare, sign: int) -> None:
+        nu = self.node_usage.setdefault(share.node, NodeUsage())
+        nu.requested = nu.requested + share.resources if sign > 0 else nu.requested - share.resources
+        nu.whole_node += sign * share.whole_node
+        for c in share.cards:
+            cu = self.cards.setdefault(c.card, CardUsage())
+            cu.memory_mib += sign * c.memory_mib
+            cu.cores += sign * c.cores
+            cu.whole += sign * c.whole
+            cu.holders += sign
+            if cu.holders == 0:
+                del self.cards[c.card]
+
+    # reads used by a decision: O(1) per node or card
+    def requested_on(self, node: str) -> Resources:
+        nu = self.node_usage.get(node)
+        return nu.requested if nu else Resources()
+
+    def node_held_whole(self, node: str) -> bool:
+        nu = self.node_usage.get(node)
+        return bool(nu and nu.whole_node)
+
+    def card(self, card_id: str) -> CardUsage:
+        return self.cards.get(card_id) or _IDLE
+
+
+_IDLE = CardUsage()
+
+
+def _fingerprint(node: dict) -> tuple:
+    """What of a node a decision reads."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    ready = [c.get("status") for c in status.get("conditions") or () if c.get("type") == "Ready"]
+    return (repr(meta.get("labels")), repr(spec.get("taints")), spec.get("unschedulable"),
+            repr(status.get("capacity")), repr(status.get("allocatable")), tuple(ready))

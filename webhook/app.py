@@ -1,0 +1,86 @@
+"""The Flask app: decode an AdmissionReview, call the rules, encode the answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Callable
+
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST
+from werkzeug.exceptions import HTTPException
+
+from .admission import review as rv
+from .admission.decide import decide
+from .admission.validate import Rules
+from .config import Config
+from .metrics import WebhookMetrics
+
+# The API server may send two 3 MiB objects in one UPDATE review.
+MAX_BODY = 7 * 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+Readiness = Callable[[], tuple[bool, str]]
+
+
+def create_app(config: Config, readiness: Readiness | None = None) -> Flask:
+    """`readiness` reports whether a valid serving certificate is loaded (see tls.py)."""
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    rules = Rules.of(config)
+    metrics = WebhookMetrics()
+
+    def admit(endpoint: str, mutating: bool) -> Response:
+        started = time.perf_counter()
+        status, body, result = _answer(rules, mutating, metrics, endpoint)
+        metrics.requests.labels(endpoint, result).inc()
+        metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+        return Response(json.dumps(body), status=status, mimetype="application/json")
+
+    app.add_url_rule("/mutate", "mutate", lambda: admit("mutate", True), methods=["POST"])
+    app.add_url_rule("/validate", "validate", lambda: admit("validate", False), methods=["POST"])
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return Response("ok\n", mimetype="text/plain")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ok, reason = readiness() if readiness else (True, "no TLS served by this app")
+        return Response(f"{'ok' if ok else 'not ready'}: {reason}\n", status=200 if ok else 503,
+                        mimetype="text/plain")
+
+    @app.get("/metrics")
+    def metrics_page() -> Response:
+        return Response(metrics.scrape(), mimetype=CONTENT_TYPE_LATEST)
+
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException) -> Response:
+        return Response(json.dumps({"error": e.description or e.name}), status=e.code,
+                        mimetype="application/json")
+
+    return app
+
+
+def _answer(rules: Rules, mutating: bool, metrics: WebhookMetrics,
+            endpoint: str) -> tuple[int, dict, str]:
+    """(HTTP status, body, result label) for one admission POST."""
+    if request.mimetype != "application/json":
+        return 415, {"error": f"content type {request.mimetype or 'none'!r} is not "
+                              f"application/json"}, "bad_request"
+    body = request.get_data(cache=False)  # raises 413 past MAX_BODY, unread
+    try:
+        review = rv.decode(body)
+    except rv.BadReview as e:
+        return e.status, {"error": e.message}, "bad_request"
+    try:
+        outcome = decide(review, rules, mutating)
+    except Exception:  # a bug must answer the API server, not kill the worker
+        log.exception("internal error on review %s", review.uid)
+        return 200, rv.deny(review.api_version, review.uid,
+                            "internal error in the Mthreads webhook; see its log", 500), "error"
+    if outcome.rule is not None:
+        metrics.denials.labels(endpoint, str(outcome.rule)).inc()
+    return 200, outcome.response, outcome.result
