@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 BIND ?= 127.0.0.1:8443
 CONFIG ?=
 
-.PHONY: install run test test-unit certs kube-assets cluster-demo bench fuzz clean
+.PHONY: install run test test-unit certs kube-assets demo clean
 
 install: $(VENV)/.installed
 
@@ -37,3 +37,8 @@ test-unit: install
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 	find certs -mindepth 1 ! -name .gitkeep -delete
+
+# Try it on a local API server: the webhook, the examples applied, the results shown.
+demo: install
+	hack/kube-assets.sh >/dev/null
+	$(BIN)/python hack/demo.py $(DEMO_ARGS)
