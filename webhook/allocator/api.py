@@ -52,9 +52,8 @@ class Api:
         _, url, headers, _, _ = self.api_client.param_serialize(
             method, path, query_params=list((query or {}).items()), header_params=headers,
             auth_settings=["BearerToken"])
-        data = json.dumps(body) if body is not None else None
-        try:
-            return self.api_client.call_api(method, url, header_params=headers, body=data,
+        try:  # the REST layer serializes a dict body for any JSON content type
+            return self.api_client.call_api(method, url, header_params=headers, body=body,
                                             _request_timeout=timeout).response
         except Exception as e:  # urllib3 raises many kinds; all mean "not reached"
             raise ApiError(f"{method} {path}: {type(e).__name__}: {e}") from None

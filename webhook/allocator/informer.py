@@ -10,7 +10,6 @@ import json
 import logging
 import queue
 import threading
-import time
 
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -39,8 +38,8 @@ class Informer:
         self.stopped.set()
         resp = self._resp
         if resp is not None:
-            try:
-                resp.close()
+            try:  # shutdown() unblocks the reading thread; close() would wait for it
+                resp.shutdown()
             except Exception:
                 pass
 

@@ -83,7 +83,10 @@ class LeaderElector:
                 created = self.api.call("POST", self.path.rsplit("/", 1)[0], body=body)
                 if created.ok:
                     self._became(sent)
+                    log.info("lease: created %s/%s as %s", self.namespace, LEASE_NAME, self.identity)
                     return True
+                if created.status != 409:
+                    raise ApiError(f"create lease: {created.message()}")
                 return False
             if not reply.ok or reply.body is None:
                 raise ApiError(f"get lease: {reply.message()}")
@@ -102,6 +105,8 @@ class LeaderElector:
             lease["spec"] = self._spec(lease, acquiring=not ours)
             updated = self.api.call("PUT", self.path, body=lease)  # resourceVersion guards races
             if not updated.ok:
+                if updated.status != 409:  # 409: someone else wrote first
+                    raise ApiError(f"update lease: {updated.message()}")
                 return False
             if not ours:
                 log.info("lease: acquired %s/%s as %s", self.namespace, LEASE_NAME, self.identity)

@@ -1,0 +1,208 @@
+"""Every fit reason and both policies, as tables over plain pods and nodes (no cluster)."""
+
+import pytest
+
+from webhook import annotations as keys
+from webhook.allocator import reasons
+from webhook.allocator.decide import NoFit, Placement, decide
+from webhook.allocator.shares import share_of
+from webhook.allocator.state import ClusterState
+from webhook.cards import Fleet
+from webhook.config import AllocatorConfig, Config, MthreadsConfig
+from webhook.hami import encode
+from webhook.pods import read_request
+
+from .builders import mt_node, plain, pod, slice_, whole
+
+MT = MthreadsConfig(memory_per_card=(96, 160))
+CONFIG = Config(mthreads=MT)
+FLEET = Fleet.of(MT.memory_per_card)
+
+
+def place(p, nodes, bound=(), config=CONFIG):
+    state = ClusterState(MT)
+    for n in nodes:
+        state.set_node(n)
+    for b in bound:
+        state.add(share_of(b))
+    request = read_request(p, MT, FLEET) if any(
+        "mthreads.com/vgpu" in (c["resources"].get("limits") or {})
+        for c in p["spec"]["containers"] + p["spec"].get("initContainers", [])) else None
+    return decide(p, request, state, config)
+
+
+def bound_pod(node, devices_text, **kw):
+    return pod(plain(), node=node, annotations={keys.ALLOCATED: devices_text}, phase="Running", **kw)
+
+
+S4 = lambda name="s4", **kw: mt_node(name, 2, 96, **kw)  # noqa: E731
+S5 = lambda name="s5", **kw: mt_node(name, 2, 160, **kw)  # noqa: E731
+TOL_ALL = {"tolerations": [{"operator": "Exists"}]}
+
+
+@pytest.mark.parametrize("case, p, nodes, bound, reason", [
+    ("not ready", pod(slice_(8, 4)), [S4(ready=False)], [], reasons.NOT_READY),
+    ("cordoned", pod(slice_(8, 4)), [S4(unschedulable=True)], [], reasons.UNSCHEDULABLE),
+    ("NoSchedule taint", pod(slice_(8, 4)),
+     [S4(taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}])], [], reasons.TAINTED),
+    ("NoExecute taint", pod(slice_(8, 4)),
+     [S4(taints=[{"key": "gpu", "effect": "NoExecute"}])], [], reasons.TAINTED),
+    ("toleration of another value", pod(slice_(8, 4), spec={"tolerations": [
+        {"key": "gpu", "operator": "Equal", "value": "y", "effect": "NoSchedule"}]}),
+     [S4(taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}])], [], reasons.TAINTED),
+    ("nodeSelector", pod(slice_(8, 4), spec={"nodeSelector": {"pool": "a"}}),
+     [S4(labels={"pool": "b"})], [], reasons.AFFINITY),
+    ("affinity In", pod(slice_(8, 4), spec={"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}}}),
+     [S4(labels={"pool": "b"})], [], reasons.AFFINITY),
+    ("affinity empty term matches nothing", pod(slice_(8, 4), spec={"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}}}),
+     [S4()], [], reasons.AFFINITY),
+    ("insufficient cpu", pod(slice_(8, 4, cpu="33")), [S4()], [], reasons.INSUFFICIENT_CPU),
+    ("cpu used by bound pods", pod(slice_(8, 4, cpu="2")), [S4()],
+     [pod(plain(cpu="31"), node="s4")], reasons.INSUFFICIENT_CPU),
+    ("insufficient memory", pod(plain(memory="129Gi"), slice_(8, 4)), [S4()], [],
+     reasons.INSUFFICIENT_MEMORY),
+    ("init container counts as max", pod(slice_(8, 4), init=(plain(cpu="33"),)), [S4()], [],
+     reasons.INSUFFICIENT_CPU),
+    ("too many pods", pod(slice_(8, 4)), [mt_node("s4", 2, 96, pods="1")],
+     [pod(plain(), node="s4")], reasons.TOO_MANY_PODS),
+    ("no cards", pod(slice_(8, 4)), [mt_node("cpu", 0)], [], reasons.NO_DEVICE),
+    ("fewer cards than asked", pod(whole(3)), [S4()], [], reasons.NO_DEVICE),
+    ("inconsistent capacity", pod(slice_(8, 4)), [mt_node("x", capacity={
+        "mthreads.com/sgpu-core": "24", "mthreads.com/sgpu-memory": "96"})], [], reasons.INCONSISTENT),
+    ("96 only on S4000", pod(slice_(96)), [S5()], [], reasons.TYPE_MISMATCH),
+    ("128 only on S5000", pod(slice_(128)), [S4()], [], reasons.TYPE_MISMATCH),
+    ("card-model annotation", pod(slice_(8), annotations={keys.CARD_MODEL: "MTT-S5000"}), [S4()], [],
+     reasons.TYPE_MISMATCH),
+    ("whole S5000 card", pod(whole(1, 160)), [S4()], [], reasons.TYPE_MISMATCH),
+    ("use-gpuuuid", pod(slice_(8), annotations={keys.USE_CARDS: "other-mthreads-0"}), [S4()], [],
+     reasons.UUID_MISMATCH),
+    ("nouse-gpuuuid", pod(slice_(8), annotations={keys.NOUSE_CARDS: "s4-mthreads-0, s4-mthreads-1"}),
+     [S4()], [], reasons.UUID_MISMATCH),
+    ("exclusive on busy cards", pod(whole(1)), [S4()],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,1024,1:;"),
+      bound_pod("s4", "s4-mthreads-1,Mthreads,1024,1:;")], reasons.EXCLUSIVE_CONFLICT),
+    ("two whole cards, one busy", pod(whole(2)), [S4()],
+     [bound_pod("s4", "s4-mthreads-1,Mthreads,1024,0:;")], reasons.EXCLUSIVE_CONFLICT),
+    ("slice on exclusively held cards", pod(slice_(2)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,49152,16:;")], reasons.EXCLUSIVE_CONFLICT),
+    ("coreless slice, cores all reserved", pod(slice_(2)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,1024,16:;")], reasons.CORES_EXHAUSTED),
+    ("card memory", pod(slice_(64)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,20480,2:;")], reasons.INSUFFICIENT_CARD_MEMORY),
+    ("card cores", pod(slice_(8, 8)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,1024,9:;")], reasons.INSUFFICIENT_CARD_CORES),
+    ("slices of a pod share a card", pod(slice_(64, 4), slice_(32, 4)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,1024,1:;")], reasons.INSUFFICIENT_CARD_MEMORY),
+    ("init slice counts with app slices", pod(slice_(64), init=(slice_(32),)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,1024,1:;")], reasons.INSUFFICIENT_CARD_MEMORY),
+    ("garbled allocation holds its cards", pod(slice_(2)), [mt_node("s4", 1, 96)],
+     [bound_pod("s4", "s4-mthreads-0,Mthreads,lots,1:;")], reasons.EXCLUSIVE_CONFLICT),
+    ("garbled allocation naming no card holds the node", pod(slice_(2)), [S4()],
+     [bound_pod("s4", "garbage")], reasons.EXCLUSIVE_CONFLICT),
+])
+def test_reason(case, p, nodes, bound, reason):
+    got = place(p, nodes, bound)
+    assert isinstance(got, NoFit), case
+    assert got.rejected == {reason: 1}, case
+    assert got.message == f"0/1 nodes are available: 1 {reason}."
+
+
+def test_reasons_are_counted():
+    nodes = [S4("a", unschedulable=True), S4("b"), S4("c"), S5("d", ready=False)]
+    got = place(pod(slice_(128)), nodes)
+    assert got.message == ("0/4 nodes are available: 2 CardTypeMismatch, "
+                           "1 node(s) were not ready, 1 node(s) were unschedulable.")
+
+
+def test_no_nodes():
+    assert place(pod(slice_(2)), []).message == "0/0 nodes are available."
+
+
+@pytest.mark.parametrize("case, p, nodes, node, allocated, index", [
+    ("96 goes to S4000", pod(slice_(96, 8, name="a")), [S5(), S4()], "s4",
+     "s4-mthreads-0,Mthreads,49152,8:;", "0"),
+    ("128 goes to S5000", pod(slice_(128, name="a")), [S4(), S5()], "s5",
+     "s5-mthreads-0,Mthreads,65536,0:;", "0"),
+    ("160 goes to S5000", pod(slice_(160, 16)), [S4(), S5()], "s5",
+     "s5-mthreads-0,Mthreads,81920,16:;", "0"),
+    ("two slices of one pod on one card", pod(slice_(32, 8), plain(), slice_(16, 4)), [S4()], "s4",
+     "s4-mthreads-0,Mthreads,16384,8:;;s4-mthreads-0,Mthreads,8192,4:;", "0"),
+    ("init slice first", pod(slice_(8, 2), init=(slice_(4, 1),)), [S4()], "s4",
+     "s4-mthreads-0,Mthreads,2048,1:;s4-mthreads-0,Mthreads,4096,2:;", "0"),
+    ("whole cards on idle cards", pod(whole(2)), [mt_node("s4", 3, 96)], "s4",
+     "s4-mthreads-0,Mthreads,49152,16:s4-mthreads-1,Mthreads,49152,16:;", "0,1"),
+    ("whole cards over two containers", pod(whole(1), whole(1)), [S4()], "s4",
+     "s4-mthreads-0,Mthreads,49152,16:;s4-mthreads-1,Mthreads,49152,16:;", "0,1"),
+    ("use-gpuuuid picks the card", pod(slice_(8), annotations={keys.USE_CARDS: "s4-mthreads-1"}),
+     [S4()], "s4", "s4-mthreads-1,Mthreads,4096,0:;", "1"),
+    ("nouse-gpuuuid avoids the card", pod(slice_(8), annotations={keys.NOUSE_CARDS: "s4-mthreads-0"}),
+     [S4()], "s4", "s4-mthreads-1,Mthreads,4096,0:;", "1"),
+    ("tolerated taint", pod(slice_(8), spec=TOL_ALL),
+     [S4(taints=[{"key": "gpu", "effect": "NoSchedule"}])], "s4", "s4-mthreads-0,Mthreads,4096,0:;", "0"),
+    ("PreferNoSchedule is no barrier", pod(slice_(8)),
+     [S4(taints=[{"key": "gpu", "effect": "PreferNoSchedule"}])], "s4", "s4-mthreads-0,Mthreads,4096,0:;", "0"),
+    ("affinity NotIn / Gt / matchFields", pod(slice_(8), spec={"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["b"]},
+                                  {"key": "gen", "operator": "Gt", "values": ["3"]},
+                                  {"key": "zone", "operator": "DoesNotExist"}],
+             "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["s4"]}]}]}}}}),
+     [S4(labels={"pool": "a", "gen": "4"}), S4("other", labels={"pool": "a", "gen": "4"})], "s4",
+     "s4-mthreads-0,Mthreads,4096,0:;", "0"),
+])
+def test_placement(case, p, nodes, node, allocated, index):
+    got = place(p, nodes)
+    assert isinstance(got, Placement), (case, got)
+    assert got.node == node
+    assert encode([list(d) for d in got.devices]) == allocated
+    assert got.gpu_index == index
+
+
+def test_plain_pod_gets_node_only():
+    got = place(pod(plain(cpu="1")), [S4()])
+    assert got.node == "s4" and got.devices == () and got.share.cards == ()
+
+
+# policies: two nodes, "busy" already holds a slice; two cards on each
+BUSY = [bound_pod("busy", "busy-mthreads-1,Mthreads,8192,4:;")]
+
+
+@pytest.mark.parametrize("config_policies, annotations, node, card", [
+    (("binpack", "spread"), {}, "busy", "busy-mthreads-0"),
+    (("spread", "spread"), {}, "idle", "idle-mthreads-0"),
+    (("binpack", "binpack"), {}, "busy", "busy-mthreads-1"),
+    (("spread", "binpack"), {}, "idle", "idle-mthreads-0"),
+    (("binpack", "spread"), {keys.NODE_POLICY: "spread"}, "idle", "idle-mthreads-0"),
+    (("binpack", "spread"), {keys.GPU_POLICY: "binpack"}, "busy", "busy-mthreads-1"),
+    (("spread", "binpack"), {keys.NODE_POLICY: "binpack", keys.GPU_POLICY: "spread"}, "busy",
+     "busy-mthreads-0"),
+    (("binpack", "spread"), {keys.NODE_POLICY: "nonsense"}, "busy", "busy-mthreads-0"),
+])
+def test_policies(config_policies, annotations, node, card):
+    config = Config(mthreads=MT, allocator=AllocatorConfig(node_policy=config_policies[0],
+                                                           gpu_policy=config_policies[1]))
+    got = place(pod(slice_(8, 2), annotations=annotations), [S4("idle"), S4("busy")], BUSY, config)
+    assert got.node == node
+    assert got.devices[0][0].card == card
+
+
+def test_decision_reads_no_pod():
+    """The cost of a decision does not grow with the pods: it reads only the per-node and
+    per-card indexes, never the table of pods."""
+    state = ClusterState(MT)
+    for i in range(20):
+        state.set_node(S4(f"n{i}"))
+    for i in range(2000):
+        state.add(share_of(pod(plain(cpu="1m"), node=f"n{i % 20}")))
+    state.shares = _Poisoned()  # any read of the pods table fails the test
+    p = pod(slice_(8, 2))
+    got = decide(p, read_request(p, MT, FLEET), state, CONFIG)
+    assert isinstance(got, Placement)
+
+
+class _Poisoned(dict):
+    def __getattribute__(self, name):
+        raise AssertionError(f"a decision read the pods table ({name})")

@@ -1,0 +1,180 @@
+"""Usage rebuilt from bound pods, idempotent by uid; events without spam; the Lease rules."""
+
+import pytest
+
+from webhook import annotations as keys
+from webhook.allocator.events import EventBook
+from webhook.allocator.leader import LeaderElector
+from webhook.allocator.shares import share_of
+from webhook.allocator.state import ClusterState
+from webhook.config import MthreadsConfig
+
+from .builders import mt_node, plain, pod
+
+MT = MthreadsConfig(memory_per_card=(96, 160))
+
+
+def bound(text, node="n", **kw):
+    ann = {keys.ALLOCATED: text} if text is not None else {}
+    return pod(plain(cpu="1"), node=node, annotations=ann, phase="Running", **kw)
+
+
+@pytest.mark.parametrize("text, cards, whole_node", [
+    ("n-mthreads-0,Mthreads,4096,2:;", {"n-mthreads-0": (4096, 2, 0)}, False),
+    ("n-mthreads-0,Mthreads,4096,2:;n-mthreads-0,Mthreads,1024,0:;;", {"n-mthreads-0": (5120, 2, 0)}, False),
+    ("n-mthreads-0,Mthreads,49152,16:n-mthreads-1,Mthreads,49152,16:;",
+     {"n-mthreads-0": (49152, 16, 0), "n-mthreads-1": (49152, 16, 0)}, False),
+    (None, {}, False),  # no allocation: cpu/memory only
+    # garbled: the cards it names are held whole, never under-counted
+    ("n-mthreads-1,Mthreads,12x,2:;", {"n-mthreads-1": (0, 0, 1)}, False),
+    ("n-mthreads-0,Nvidia,1,1:;", {"n-mthreads-0": (0, 0, 1)}, False),
+    (",Mthreads,4096,2:;", {}, True),  # no card id: the whole node
+    ("n-mthreads-0,Mthreads,-5,2:;", {"n-mthreads-0": (0, 0, 1)}, False),
+    ("garbage", {}, True),
+    ("", {}, True),
+])
+def test_share_from_annotation(text, cards, whole_node):
+    s = share_of(bound(text))
+    assert {c.card: (c.memory_mib, c.cores, int(c.whole)) for c in s.cards} == cards
+    assert s.whole_node == whole_node
+    assert s.resources.cpu_milli == 1000 and s.resources.pods == 1
+
+
+def test_garbled_uses_gpu_index_too():
+    p = bound("oops")
+    p["metadata"]["annotations"][keys.GPU_INDEX] = "2,3"
+    s = share_of(p)
+    assert {c.card for c in s.cards} == {"n-mthreads-2", "n-mthreads-3"} and not s.whole_node
+
+
+def test_add_and_remove_are_idempotent():
+    state = ClusterState(MT)
+    state.set_node(mt_node("n", 2, 96))
+    p = bound("n-mthreads-0,Mthreads,4096,2:;")
+    share = share_of(p)
+    state.add(share)
+    state.add(share)
+    assert state.card("n-mthreads-0").memory_mib == 4096
+    assert state.requested_on("n").cpu_milli == 1000
+    state.remove(share.uid)
+    state.remove(share.uid)
+    assert state.card("n-mthreads-0").idle and state.requested_on("n").pods == 0
+    assert state.cards == {}
+
+
+def test_changed_share_replaces_the_old_one():
+    state = ClusterState(MT)
+    uid = "u1"
+    state.add(share_of(bound("n-mthreads-0,Mthreads,4096,2:;", uid=uid)))
+    state.add(share_of(bound("n-mthreads-1,Mthreads,2048,1:;", uid=uid)))
+    assert state.card("n-mthreads-0").idle and state.card("n-mthreads-1").memory_mib == 2048
+
+
+def test_usage_of_cards_of_unseen_nodes_waits_for_the_node():
+    state = ClusterState(MT)
+    state.add(share_of(bound("late-mthreads-0,Mthreads,4096,2:;", node="late")))
+    state.set_node(mt_node("late", 1, 96))
+    assert state.card("late-mthreads-0").memory_mib == 4096
+
+
+def test_generation_moves_only_when_room_may_appear():
+    state = ClusterState(MT)
+    node = mt_node("n", 1, 96)
+    state.set_node(node)
+    g = state.generation
+    share = share_of(bound("n-mthreads-0,Mthreads,4096,2:;"))
+    state.add(share)
+    assert state.generation == g  # less room: nothing to retry
+    state.set_node(mt_node("n", 1, 96))  # a heartbeat that changes nothing read
+    assert state.generation == g
+    state.remove(share.uid)
+    assert state.generation > g
+
+
+def test_event_book_aggregates():
+    book = EventBook(refresh=10)
+    assert book.note("u", "m1", 0) == "create"
+    book.written("u", "ev1", 0)
+    assert [book.note("u", "m1", t) for t in (1, 2, 3)] == [None, None, None]
+    assert book.note("u", "m1", 11) == "patch" and book.by_pod["u"].count == 5
+    book.written("u", None, 11)
+    assert book.note("u", "m1", 12) is None
+    assert book.note("u", "m2", 13) == "create"  # another message: a new event
+
+
+class FakeLeaseApi:
+    """An API server holding one Lease, with resourceVersion conflicts."""
+
+    def __init__(self):
+        self.lease = None
+        self.rv = 0
+        self.down = False
+
+    def call(self, method, path, query=None, body=None, **kw):
+        from webhook.allocator.api import ApiError, Reply
+        if self.down:
+            raise ApiError("unreachable")
+        if method == "GET":
+            return Reply(200, _copy(self.lease)) if self.lease else Reply(404, None)
+        if method == "POST":
+            if self.lease:
+                return Reply(409, None)
+            return self._store(body)
+        if method == "PUT":
+            if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+                return Reply(409, None)
+            return self._store(body)
+
+    def _store(self, body):
+        from webhook.allocator.api import Reply
+        self.rv += 1
+        body = _copy(body)
+        body["metadata"]["resourceVersion"] = str(self.rv)
+        self.lease = body
+        return Reply(200, _copy(body))
+
+
+def _copy(d):
+    import json
+    return json.loads(json.dumps(d))
+
+
+class Clock:
+    t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_lease_rules():
+    api, clock = FakeLeaseApi(), Clock()
+    a = LeaderElector(api, "ns", "a", clock=clock)
+    b = LeaderElector(api, "ns", "b", clock=clock)
+    assert a.try_acquire_or_renew() and a.holds()
+    assert not b.try_acquire_or_renew()  # first sight of the record starts b's wait
+    clock.t += 14
+    assert a.try_acquire_or_renew()  # renewed: b's wait starts again
+    assert not b.try_acquire_or_renew()
+    api.down = True  # a cannot renew
+    clock.t += 9.9
+    assert a.holds()
+    clock.t += 0.2
+    assert not a.holds()  # renew deadline (10 s) passed: a stops deciding...
+    api.down = False
+    clock.t += 4
+    assert not b.try_acquire_or_renew()  # ...before b may take over (15 s after it saw a renew)
+    clock.t += 1.1
+    assert b.try_acquire_or_renew() and b.holds()
+    assert not a.try_acquire_or_renew() and not a.holds()
+    assert api.lease["spec"]["leaseTransitions"] == 1
+
+
+def test_release_hands_over_at_once():
+    api, clock = FakeLeaseApi(), Clock()
+    a = LeaderElector(api, "ns", "a", clock=clock)
+    b = LeaderElector(api, "ns", "b", clock=clock)
+    a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    a.release()
+    assert not a.holds() and api.lease["spec"]["holderIdentity"] == ""
+    assert b.try_acquire_or_renew()
