@@ -104,11 +104,9 @@ build() {  # build WORK : compile BINARIES from WORK/src into WORK/out, next to 
   rm -f "$vendored"/*.go "$vendored"/*.s
   cp "$REFLECT2"/*.go "$REFLECT2"/*.s "$vendored"/
   rm -f "$vendored"/*_test.go
-  # Caches inside WORK, so that removing WORK leaves nothing big behind; the version is set by
-  # hand since the tree is no git checkout (clients read it from /version).
+  # Go's caches inside WORK, so that removing WORK leaves nothing big behind.
   (cd "$src" && env CGO_ENABLED=0 GOFLAGS=-mod=vendor GOPATH="$work/gopath" \
-    GOCACHE="$work/gocache" KUBE_GIT_VERSION="v$KUBE_VERSION" KUBE_GIT_TREE_STATE=clean \
-    make WHAT="${BINARIES[*]/#/cmd/}") >&2
+    GOCACHE="$work/gocache" make WHAT="${BINARIES[*]/#/cmd/}") >&2
   mkdir "$work/out"
   for bin in "${BINARIES[@]}"; do cp "$src/_output/bin/$bin" "$work/out/"; done
   ln -s "$ETCD" "$work/out/etcd"
@@ -124,14 +122,14 @@ main() {
   mkdir -p "$root"
   # One build at a time: a concurrent run waits here, then finds the finished binaries.
   exec 9>"$root/.kube-$KUBE_VERSION.lock"
-  flock 9
+  flock -n 9 || { log "waiting for another run to finish..."; flock 9; }
   ensure_packages etcd-server
   if ! has_all "$dest" "${BINARIES[@]}" etcd; then
     ensure_packages "${BUILD_PACKAGES[@]}"
     rm -rf "$root/.build-$KUBE_VERSION".*  # left by a run that was killed; we hold the lock
-    work=$(mktemp -d "$root/.build-$KUBE_VERSION.XXXXXX")
+    work=$(mktemp -d "$root/.build-$KUBE_VERSION.XXXXXX")  # global: the EXIT trap reads it
     trap 'rm -rf "$work"' EXIT
-    log "building kube-apiserver $KUBE_VERSION from Debian source (about 5 minutes, once)..."
+    log "building kube-apiserver $KUBE_VERSION from Debian source (5 to 15 minutes on 2 cores, once)..."
     fetch_source "$work"
     build "$work"
     # Only a complete set of binaries ever appears under $dest: rename is atomic.
