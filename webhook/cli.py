@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--kubeconfig", help="default: in-cluster config")
     a.add_argument("--namespace", help="namespace of the Lease (default: the pod's, else kube-system)")
     a.add_argument("--metrics-bind", default="0.0.0.0:9090", help="HOST:PORT for /metrics, /healthz")
+
+    e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
+    e.add_argument("--config")
+    e.add_argument("--kubeconfig", help="default: in-cluster config")
+    e.add_argument("--bind", default="0.0.0.0:8888", help="HOST:PORT, plain HTTP (default %(default)s)")
     return p
 
 
@@ -80,7 +85,12 @@ def _allocate(args) -> int:
     return run(load_config(args.config), args.kubeconfig, args.namespace, args.metrics_bind)
 
 
-_COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate}
+def _extender(args) -> int:
+    from .extender.main import run
+    return run(load_config(args.config), args.kubeconfig, args.bind)
+
+
+_COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate, "extender": _extender}
 
 if __name__ == "__main__":
     sys.exit(main())

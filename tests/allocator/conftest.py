@@ -51,9 +51,6 @@ def fleet(admin, request):
         for _ in range(count):
             name = f"{tag}-{len(made)}"
             make_fake_node(admin, name, cards, units, **kw)
-            # The NodeTaint admission plugin adds node.kubernetes.io/not-ready at creation; with
-            # no controller-manager here, take it off as the node lifecycle controller would.
-            k.CoreV1Api(admin).patch_node(name, {"spec": {"taints": kw.get("taints") or None}})
             made.append(name)
             names.append(name)
         return names

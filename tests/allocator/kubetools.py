@@ -13,6 +13,9 @@ from pathlib import Path
 
 import kubernetes.client as k
 
+from tests.harness import invariants
+from tests.harness.kube import free_ports
+
 ALLOCATOR_USER = "system:serviceaccount:kube-system:mthreads-allocator"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +56,7 @@ class AllocatorProcess:
 
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, config: Path | None = None):
         self.args = [sys.executable, "-m", "webhook.allocator", "--kubeconfig", str(kubeconfig),
-                     "--namespace", namespace, "--metrics-bind", f"127.0.0.1:{_free_port()}"]
+                     "--namespace", namespace, "--metrics-bind", f"127.0.0.1:{free_ports(1)[0]}"]
         if config:
             self.args += ["--config", str(config)]
         self.metrics_url = "http://" + self.args[self.args.index("--metrics-bind") + 1]
@@ -97,13 +100,6 @@ class AllocatorProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while True:
@@ -120,38 +116,5 @@ def list_pods(api_client, namespace: str) -> list[dict]:
     return json.loads(resp.data)["items"]
 
 
-def card_totals(pods: list[dict], capacity_mib: dict[str, int]) -> dict[str, list]:
-    """card id -> [memory MiB, cores, holders, whole holders], read from the annotations by hand."""
-    totals: dict[str, list] = {}
-    for p in pods:
-        text = (p["metadata"].get("annotations") or {}).get("hami.io/mthreads-vgpu-devices-allocated")
-        if not text or not p["spec"].get("nodeName"):
-            continue
-        mine: dict[str, list] = {}
-        for container in text.split(";"):
-            for entry in container.split(":"):
-                if entry:
-                    card, vendor, mem, cores = entry.split(",")
-                    assert vendor == "Mthreads", text
-                    m = mine.setdefault(card, [0, 0])
-                    m[0] += int(mem)
-                    m[1] += int(cores)
-        for card, (mem, cores) in mine.items():
-            t = totals.setdefault(card, [0, 0, 0, 0])
-            t[0] += mem
-            t[1] += cores
-            t[2] += 1
-            t[3] += mem == capacity_mib.get(card) and cores == 16
-    return totals
-
-
-def check_capacity(pods: list[dict], capacity_mib: dict[str, int]) -> dict[str, list]:
-    """No card beyond its memory or cores; no card held whole shared with anyone."""
-    totals = card_totals(pods, capacity_mib)
-    for card, (mem, cores, holders, whole) in totals.items():
-        assert card in capacity_mib, f"{card} is no card of the fleet"
-        assert mem <= capacity_mib[card], f"{card}: {mem} MiB > {capacity_mib[card]}"
-        assert cores <= 16, f"{card}: {cores} cores"
-        if whole:
-            assert holders == 1, f"{card} is held whole but shared by {holders} pods"
-    return totals
+# The checker independent of the allocator's code, shared with the extender's tests.
+check_capacity = invariants.check

@@ -380,6 +380,9 @@ def make_fake_node(
         "mthreads.com/sgpu-core": str(CORES_PER_CARD * cards),
         "mthreads.com/sgpu-memory": str(units_per_card * cards),
     }
+    # The NodeTaint admission plugin adds node.kubernetes.io/not-ready at creation; with no
+    # controller-manager here, take it off as the node lifecycle controller would.
+    core.patch_node(name, {"spec": {"taints": taints or None}})
     status = {"capacity": resources, "allocatable": resources, "conditions": [_ready_condition(ready)]}
     return core.patch_node_status(name, {"status": status})
 

@@ -92,12 +92,7 @@ class Allocator:
         if session != self.session:
             return  # from a session that ended
         if kind == "node":
-            if event == "RESET":
-                self.state.replace_nodes(obj)
-            elif event == "DELETED":
-                self.state.remove_node(obj["metadata"]["name"])
-            else:
-                self.state.set_node(obj)
+            self.state.node_event(event, obj)
         elif event == "RESET":
             self._relist_pods(obj)
         elif event == "DELETED":

@@ -69,6 +69,15 @@ class ClusterState:
         for n in nodes:
             self.set_node(n)
 
+    def node_event(self, event: str, obj) -> None:
+        """Apply an informer's node event: RESET (a full list), DELETED, or an add/update."""
+        if event == "RESET":
+            self.replace_nodes(obj)
+        elif event == "DELETED":
+            self.remove_node(obj["metadata"]["name"])
+        else:
+            self.set_node(obj)
+
     # shares
     def add(self, share: PodShare) -> None:
         old = self.shares.get(share.uid)

@@ -1,0 +1,109 @@
+"""kube-scheduler 1.20 + the extender as real processes against the test API server.
+
+Everything listens on 127.0.0.1; each process is stopped by its own PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from tests.harness.kube import free_ports
+
+REPO = Path(__file__).resolve().parents[2]
+RESOURCES = ("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
+
+
+def scheduler_config(kubeconfig: Path, extender_url: str, healthz_port: int) -> dict:
+    """A KubeSchedulerConfiguration (v1beta1, kube-scheduler 1.20) with one profile and
+    the extender. In v1beta1 extenders are top-level: they serve every profile of this
+    kube-scheduler, which is why it runs only the `hami-scheduler` profile."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 1000, "burst": 2000},
+        "leaderElection": {"leaderElect": False},
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{healthz_port}",
+        "profiles": [{"schedulerName": "hami-scheduler"}],
+        "extenders": [{
+            "urlPrefix": extender_url,
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "bindVerb": "bind",
+            "weight": 10,
+            "enableHTTPS": False,
+            "nodeCacheCapable": True,
+            "httpTimeout": "10s",
+            "managedResources": [{"name": r, "ignoredByScheduler": True} for r in RESOURCES],
+        }],
+    }
+
+
+def _up(url: str) -> bool:
+    try:
+        return urllib.request.urlopen(url, timeout=1).status == 200
+    except OSError:
+        return False
+
+
+class Process:
+    def __init__(self, args: list[str], log_path: Path, health_url: str):
+        self.args, self.log_path, self.health_url = args, log_path, health_url
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Process":
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True)
+        return self
+
+    def healthy(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"{self.args[0]} exited:\n{self.tail()}")
+        return _up(self.health_url)
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str):
+    """(extender, kube-scheduler), both started; the caller waits for them to be healthy."""
+    ext_port, sched_port = free_ports(2)
+    config = workdir / "config.yaml"
+    config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
+    extender = Process(
+        [sys.executable, "-m", "webhook.extender", "--config", str(config), "--kubeconfig",
+         str(cluster.kubeconfig(extender_user)), "--bind", f"127.0.0.1:{ext_port}"],
+        workdir / "extender.log", f"http://127.0.0.1:{ext_port}/readyz").start()
+    sched_config = workdir / "kube-scheduler.yaml"
+    sched_config.write_text(yaml.safe_dump(scheduler_config(
+        cluster.kubeconfig(admin_user), f"http://127.0.0.1:{ext_port}", sched_port)))
+    scheduler = Process(
+        [str(cluster.kube_scheduler_path), f"--config={sched_config}", "--secure-port=0",
+         "--v=2"],
+        workdir / "kube-scheduler.log", f"http://127.0.0.1:{sched_port}/healthz").start()
+    return extender, scheduler

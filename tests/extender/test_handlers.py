@@ -1,0 +1,311 @@
+"""The extender's request/response handling, with Flask's test client and a fake API.
+
+Payloads are shaped as kube-scheduler 1.20 sends them: the extender/v1 Go structs have no
+json tags, so the top-level keys are the Go field names (`Pod`, `NodeNames`, `PodUID`...).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.allocator.builders import mt_node, pod, slice_, whole
+from webhook.allocator.api import ApiError, Reply
+from webhook.config import parse_config
+from webhook.extender.app import NOT_SYNCED, create_extender_app
+from webhook.extender.cache import Cache
+from webhook.extender.decisions import NOT_IN_CACHE
+
+CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
+
+
+class FakeApi:
+    """Answers POST .../binding with `status` (or raises), and GET pod from `pods`."""
+
+    def __init__(self):
+        self.status = 201
+        self.raise_error = False
+        self.delay = 0.0
+        self.calls: list[tuple[str, str, dict | None]] = []
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.lock = threading.Lock()
+
+    def call(self, method, path, query=None, body=None, **kw):
+        with self.lock:
+            self.calls.append((method, path, body))
+        if self.delay:
+            time.sleep(self.delay)
+        parts = path.split("/")
+        if method == "GET":
+            p = self.pods.get((parts[4], parts[6]))
+            return Reply(200, p) if p else Reply(404, {"message": "not found"})
+        if self.raise_error:
+            raise ApiError("POST: timed out")
+        if self.status == 201:
+            p = self.pods.get((parts[4], parts[6]))
+            if p is not None:
+                p.setdefault("spec", {})["nodeName"] = body["target"]["name"]
+                p["metadata"].setdefault("annotations", {}).update(
+                    body["metadata"].get("annotations") or {})
+            return Reply(201, {"kind": "Status", "status": "Success"})
+        return Reply(self.status, {"message": f"HTTP {self.status}"})
+
+    def bindings(self):
+        return [c for c in self.calls if c[0] == "POST"]
+
+
+@pytest.fixture
+def setup():
+    api = FakeApi()
+    cache = Cache(CONFIG, api)
+    nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
+    cache.apply("node", "RESET", nodes)
+    cache.apply("pod", "RESET", [])
+    app = create_extender_app(CONFIG, cache)
+    return app.test_client(), cache, api
+
+
+def pending(cache, api, p):
+    """A pending pod as the watch would show it (and the API server would return it)."""
+    cache.apply("pod", "ADDED", p)
+    api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = json.loads(json.dumps(p))
+    return p
+
+
+def args(p, names=("s4", "s5")):
+    return {"Pod": p, "Nodes": None, "NodeNames": list(names)}
+
+
+def bind_args(p, node):
+    m = p["metadata"]
+    return {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": node}
+
+
+def test_filter_96_units_only_on_s4000(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(slice_(96, 8)))
+    r = client.post("/filter", json=args(p))
+    assert r.status_code == 200
+    assert r.get_json() == {"NodeNames": ["s4"], "FailedNodes": {"s5": "CardTypeMismatch"},
+                            "Error": ""}
+
+
+def test_filter_128_and_160_only_on_s5000(setup):
+    client, cache, api = setup
+    for units in (128, 160):
+        p = pending(cache, api, pod(slice_(units)))
+        body = client.post("/filter", json=args(p)).get_json()
+        assert body["NodeNames"] == ["s5"] and body["FailedNodes"] == {"s4": "CardTypeMismatch"}
+
+
+def test_filter_reads_lower_case_keys_and_node_list_form(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(slice_(96, 8)))
+    body = client.post("/filter", json={"pod": p, "nodenames": ["s4"]}).get_json()
+    assert body["NodeNames"] == ["s4"]
+    nodes = {"items": [mt_node("s4"), mt_node("s5", units=160)]}
+    body = client.post("/filter", json={"Pod": p, "Nodes": nodes, "NodeNames": None}).get_json()
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["s4"]
+    assert body["NodeNames"] is None and body["FailedNodes"] == {"s5": "CardTypeMismatch"}
+
+
+def test_filter_unknown_node_and_bad_body(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(slice_(8, 2)))
+    body = client.post("/filter", json=args(p, ["s4", "ghost"])).get_json()
+    assert body["NodeNames"] == ["s4"] and body["FailedNodes"] == {"ghost": NOT_IN_CACHE}
+    r = client.post("/filter", data="not json", content_type="application/json")
+    assert r.status_code == 400 and r.get_json()["Error"].startswith("bad request")
+
+
+def test_not_synced_is_an_error(setup):
+    _, _, api = setup
+    cache = Cache(CONFIG, api)
+    client = create_extender_app(CONFIG, cache).test_client()
+    p = pod(slice_(8, 2))
+    assert client.post("/filter", json=args(p)).get_json()["Error"] == NOT_SYNCED
+    assert client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"] == NOT_SYNCED
+    assert client.get("/readyz").status_code == 503
+    assert client.get("/healthz").status_code == 200
+
+
+def test_invalid_request_fails_every_node(setup):
+    client, cache, api = setup
+    bad = slice_(8, 2)
+    bad["resources"]["limits"]["mthreads.com/vgpu"] = "2"
+    bad["resources"]["requests"]["mthreads.com/vgpu"] = "2"
+    p = pending(cache, api, pod(bad))
+    body = client.post("/filter", json=args(p)).get_json()
+    assert body["NodeNames"] == []
+    assert all(v.startswith("InvalidRequest: the pod breaks admission rule 4")
+               for v in body["FailedNodes"].values()), body
+
+
+def test_plain_pod_passes_every_node_and_binds_without_annotations(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod())
+    assert client.post("/filter", json=args(p)).get_json()["NodeNames"] == ["s4", "s5"]
+    assert client.post("/bind", json=bind_args(p, "s5")).get_json() == {"Error": ""}
+    (_, path, body), = api.bindings()
+    assert "annotations" not in body["metadata"] and body["target"]["name"] == "s5"
+
+
+def test_prioritize_by_node_policy(setup):
+    client, cache, api = setup
+    cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
+    busy = pending(cache, api, pod(slice_(64, 8)))
+    assert client.post("/bind", json=bind_args(busy, "s4")).get_json() == {"Error": ""}
+    p = pending(cache, api, pod(slice_(8, 2)))
+    got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
+    assert got == [{"Host": "s4", "Score": 3}, {"Host": "s4b", "Score": 0}]  # binpack (default)
+    p["metadata"]["annotations"]["hami.io/node-scheduler-policy"] = "spread"
+    got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
+    assert got == [{"Host": "s4", "Score": 7}, {"Host": "s4b", "Score": 10}]
+
+
+def test_bind_writes_one_binding_with_spec_annotations(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(slice_(32, 8, name="a"), slice_(16, 4, name="b")))
+    assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
+    (method, path, body), = api.bindings()
+    m = p["metadata"]
+    assert path == f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}/binding"
+    assert body["metadata"]["uid"] == m["uid"] and body["target"] == {
+        "apiVersion": "v1", "kind": "Node", "name": "s4"}
+    ann = body["metadata"]["annotations"]
+    assert ann["hami.io/mthreads-vgpu-devices-allocated"] == \
+        "s4-mthreads-0,Mthreads,16384,8:;s4-mthreads-0,Mthreads,8192,4:;"  # both slices, one card
+    assert ann["mthreads.com/gpu-index"] == "0"
+    assert ann["mthreads.com/predicate-node"] == ann["hami.io/vgpu-node"] == "s4"
+    assert ann["hami.io/bind-phase"] == "allocating"
+    assert ann["hami.io/vgpu-time"] == ann["hami.io/bind-time"]
+    # assumed at once: the next filter sees the card used
+    assert cache.state.card("s4-mthreads-0").memory_mib == 24576
+    # the watch then shows it bound: the same share, not twice
+    bound = json.loads(json.dumps(p))
+    bound["spec"]["nodeName"] = "s4"
+    bound["metadata"]["annotations"].update(ann)
+    cache.apply("pod", "MODIFIED", bound)
+    assert cache.state.card("s4-mthreads-0").memory_mib == 24576 and not cache.assumed
+
+
+def test_exclusive_takes_an_idle_card(setup):
+    client, cache, api = setup
+    a = pending(cache, api, pod(slice_(8, 2)))
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    ex = pending(cache, api, pod(whole(1, 96)))
+    assert client.post("/bind", json=bind_args(ex, "s4")).get_json() == {"Error": ""}
+    ann = api.bindings()[-1][2]["metadata"]["annotations"]
+    assert ann["hami.io/mthreads-vgpu-devices-allocated"] == "s4-mthreads-1,Mthreads,49152,16:;"
+    ex2 = pending(cache, api, pod(whole(1, 96)))
+    body = client.post("/filter", json=args(ex2, ["s4"])).get_json()
+    assert body["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
+
+
+def test_bind_after_a_stale_filter_is_refused(setup):
+    """kube-scheduler filters pod b before pod a's bind arrives: the bind decides on the
+    current state and refuses, so the card is never over-committed."""
+    client, cache, api = setup
+    a = pending(cache, api, pod(whole(1, 96)))
+    b = pending(cache, api, pod(whole(1, 96)))
+    c = pending(cache, api, pod(whole(1, 96)))
+    assert client.post("/filter", json=args(a, ["s4"])).get_json()["NodeNames"] == ["s4"]
+    assert client.post("/filter", json=args(b, ["s4"])).get_json()["NodeNames"] == ["s4"]
+    assert client.post("/filter", json=args(c, ["s4"])).get_json()["NodeNames"] == ["s4"]
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    assert client.post("/bind", json=bind_args(b, "s4")).get_json() == {"Error": ""}
+    err = client.post("/bind", json=bind_args(c, "s4")).get_json()["Error"]
+    assert err == "node s4: ExclusiveDeviceAllocateConflict"
+    assert len(api.bindings()) == 2
+
+
+@pytest.mark.parametrize("status", [409, 404, 500])
+def test_refused_binding_rolls_back(setup, status):
+    client, cache, api = setup
+    p = pending(cache, api, pod(whole(1, 96)))
+    api.status = status
+    if status == 404:
+        api.pods.clear()
+        cache.unbound[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
+    err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
+    assert err.startswith("binding ") and str(status) in err
+    assert cache.state.card("s4-mthreads-0").idle and not cache.assumed and not cache.in_flight
+
+
+def test_409_counts_the_real_binding(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(slice_(8, 2)))
+    other = api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])]
+    other["spec"]["nodeName"] = "s4"
+    other["metadata"]["annotations"]["hami.io/mthreads-vgpu-devices-allocated"] = \
+        "s4-mthreads-1,Mthreads,4096,2:;"
+    api.status = 409
+    assert "409" in client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
+    assert cache.state.card("s4-mthreads-0").idle
+    assert cache.state.card("s4-mthreads-1").memory_mib == 4096
+
+
+def test_unknown_outcome_keeps_the_share_until_read(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(whole(1, 96)))
+    api.raise_error = True
+    err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
+    assert "outcome unknown" in err
+    assert not cache.state.card("s4-mthreads-0").idle and p["metadata"]["uid"] in cache.uncertain
+    # kube-scheduler retries: the extender re-reads the pod (still unbound), frees the old
+    # share and decides again: one card, not two
+    api.raise_error = False
+    assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
+    held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
+    assert len(held) == 1 and not cache.uncertain
+
+
+def test_retry_of_a_pod_that_did_get_bound(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(whole(1, 96)))
+    api.raise_error = True
+    client.post("/bind", json=bind_args(p, "s4"))
+    stored = api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])]
+    stored["spec"]["nodeName"] = "s4"  # it did happen
+    stored["metadata"]["annotations"]["hami.io/mthreads-vgpu-devices-allocated"] = \
+        "s4-mthreads-0,Mthreads,49152,16:;"
+    api.raise_error = False
+    assert "already bound" in client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
+    assert not cache.state.card("s4-mthreads-0").idle and cache.state.card("s4-mthreads-1").idle
+
+
+def test_relist_keeps_shares_of_binds_newer_than_the_list(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(whole(1, 96)))
+    assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
+    cache.apply("pod", "RESET", [p])  # a list taken before our binding: the pod unbound
+    assert not cache.state.card("s4-mthreads-0").idle
+    cache.apply("pod", "RESET", [])  # gone
+    assert cache.state.card("s4-mthreads-0").idle
+
+
+def test_concurrent_binds_never_overcommit(setup):
+    client, cache, api = setup
+    api.delay = 0.02  # the writes overlap
+    pods = [pending(cache, api, pod(slice_(32, 6))) for _ in range(12)]
+    results = []
+
+    def go(p):
+        c = client.application.test_client()
+        results.append(c.post("/bind", json=bind_args(p, "s4")).get_json()["Error"])
+
+    threads = [threading.Thread(target=go, args=(p,)) for p in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert results.count("") == 4  # 2 cards x 2 slices of 32+6 (cores: 16 per card)
+    per_card: dict[str, int] = {}
+    for _, _, body in api.bindings():
+        entry = body["metadata"]["annotations"]["hami.io/mthreads-vgpu-devices-allocated"]
+        card, _, mem, _ = entry.rstrip(":;").split(",")
+        per_card[card] = per_card.get(card, 0) + int(mem)
+    assert all(v <= 96 * 512 for v in per_card.values()), per_card

@@ -1,0 +1,161 @@
+"""The extender's HTTP endpoints: POST /filter, /prioritize, /bind; GET /healthz, /readyz.
+
+`create_extender_app(config, state_source)` takes the state source (a `cache.Cache`, started
+or fed by hand) so that the handlers can be tested with Flask's test client.
+
+Concurrency: kube-scheduler decides one pod at a time (filter, prioritize), but binds in the
+background, so the filter of the next pod may run before, during or after the bind of the
+previous one; several binds may be in flight at once. The rule that keeps the cards from
+being handed out twice: **the cards are chosen at bind time, under the lock, on the state
+that already counts every share chosen before** (assumed before the write is sent, dropped
+again only when the write is known not to have happened). The filter is an optimistic
+answer on the state of that moment; when a bind finds the node's cards taken since, it
+answers an error, kube-scheduler forgets its assumption and retries the pod later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Flask, jsonify, request
+
+from ..cards import Fleet
+from ..config import Config
+from ..allocator.api import ApiError
+from ..allocator.binding import binding_body
+from ..allocator.decide import Placement
+from . import wire
+from .decisions import choose, filter_nodes, read_pod, scores
+
+log = logging.getLogger("webhook.extender")
+
+NOT_SYNCED = "the extender has not listed nodes and pods yet"
+
+
+class Extender:
+    def __init__(self, config: Config, source):
+        self.config, self.source = config, source
+        self.fleet = Fleet.of(config.mthreads.memory_per_card)
+
+    def filter(self, body) -> dict:
+        args = wire.extender_args(body)
+        if not self.source.ready():
+            return wire.filter_error(NOT_SYNCED)
+        ask = read_pod(args.pod, self.config, self.fleet)
+        with self.source.lock:
+            fits, failed = filter_nodes(args.pod, ask, args.node_names, self.source.state,
+                                        self.config)
+        return wire.filter_result(args, fits, failed)
+
+    def prioritize(self, body) -> list[dict]:
+        args = wire.extender_args(body)
+        ask = read_pod(args.pod, self.config, self.fleet)
+        with self.source.lock:
+            return wire.priority_list(scores(args.pod, ask, args.node_names, self.source.state,
+                                             self.config))
+
+    def bind(self, body) -> dict:
+        b = wire.binding_args(body)
+        who = f"{b.namespace}/{b.name}"
+        if not self.source.ready():
+            return wire.binding_result(NOT_SYNCED)
+        pod = self._pod(b)
+        if isinstance(pod, str):
+            return wire.binding_result(pod)
+        ask = read_pod(pod, self.config, self.fleet)
+        with self.source.lock:
+            if b.uid in self.source.in_flight:
+                return wire.binding_result(f"pod {who}: a binding is already being written")
+            result = choose(pod, ask, b.node, self.source.state, self.config)
+            if isinstance(result, str):
+                log.info("bind %s on %s refused: %s", who, b.node, result)
+                return wire.binding_result(f"node {b.node}: {result}")
+            self.source.assume(result.share)  # counted before the write: never handed out twice
+        return self._write(b, result, ask.request is not None)
+
+    def _pod(self, b: wire.BindingArgs):
+        """The pod to bind, from the cache, else (or when our last write's outcome is
+        unknown) from the API server."""
+        with self.source.lock:
+            pod = self.source.unbound.get((b.namespace, b.name))
+            doubt = b.uid in self.source.assumed or b.uid in self.source.uncertain
+        if pod is not None and pod["metadata"].get("uid") == b.uid and not doubt:
+            return pod
+        if doubt:
+            state = self.source.resolve(b.uid, b.namespace, b.name)
+            if state == "bound":
+                return f"pod {b.namespace}/{b.name} is already bound"
+            if state == "unknown":
+                return f"pod {b.namespace}/{b.name}: the outcome of an earlier binding is unknown"
+        status, pod = self.source.read_pod(b.namespace, b.name)
+        if pod is None:
+            return f"pod {b.namespace}/{b.name}: " + ("not found" if status == 404
+                                                      else f"cannot be read (HTTP {status})")
+        if pod["metadata"].get("uid") != b.uid:
+            return f"pod {b.namespace}/{b.name}: uid {b.uid} is gone"
+        if (pod.get("spec") or {}).get("nodeName"):
+            return f"pod {b.namespace}/{b.name} is already bound to {pod['spec']['nodeName']}"
+        return pod
+
+    def _write(self, b: wire.BindingArgs, p: Placement, mthreads: bool) -> dict:
+        who = f"{b.namespace}/{b.name}"
+        body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(), with_annotations=mthreads)
+        try:
+            reply = self.source.api.call(
+                "POST", f"/api/v1/namespaces/{b.namespace}/pods/{b.name}/binding", body=body)
+        except ApiError as e:
+            # it may have happened: keep the share counted until a read tells
+            self.source.written(p.share, False, (b.namespace, b.name))
+            log.warning("bind %s: %s; outcome unknown, holding its cards until re-read", who, e)
+            return wire.binding_result(f"binding {who}: outcome unknown: {e}")
+        if reply.ok:
+            self.source.written(p.share, True, (b.namespace, b.name))
+            devices = body["metadata"].get("annotations", {}).get(
+                "hami.io/mthreads-vgpu-devices-allocated", "-")
+            log.info("bound %s to %s: %s", who, p.node, devices)
+            return wire.binding_result()
+        self.source.rollback(p.share)  # refused: nothing was written
+        if reply.status in (404, 409):  # gone, or someone else bound it: learn the truth now
+            status, pod = self.source.read_pod(b.namespace, b.name)
+            if pod is not None and pod["metadata"].get("uid") == b.uid:
+                with self.source.lock:
+                    self.source.seen(pod)
+        log.info("bind %s: %s", who, reply.message())
+        return wire.binding_result(f"binding {who}: {reply.message()}")
+
+
+def create_extender_app(config: Config, state_source) -> Flask:
+    app = Flask("mthreads-extender")
+    ext = Extender(config, state_source)
+    app.extensions["mthreads_extender"] = ext
+
+    def handle(fn):
+        body = request.get_json(force=True, silent=True)
+        try:
+            return jsonify(fn(body))
+        except wire.WireError as e:
+            return jsonify({"Error": f"bad request: {e}"}), 400
+
+    @app.post("/filter")
+    def filter_():
+        return handle(ext.filter)
+
+    @app.post("/prioritize")
+    def prioritize():
+        return handle(ext.prioritize)
+
+    @app.post("/bind")
+    def bind():
+        return handle(ext.bind)
+
+    @app.get("/healthz")
+    def healthz():
+        return "ok\n", 200, {"Content-Type": "text/plain"}
+
+    @app.get("/readyz")
+    def readyz():
+        ok = state_source.ready()
+        return ("ok\n" if ok else "not synced\n"), 200 if ok else 503, {"Content-Type": "text/plain"}
+
+    return app

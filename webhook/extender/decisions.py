@@ -1,0 +1,106 @@
+"""The extender's three answers as plain functions of the pod and the indexed state.
+
+They reuse the allocator's decision layer as it is: the card checks and card policy
+(`card_fit.fit_cards`), the node score (`score.node_used`), the policies (`score.policies`),
+and the annotation content (`decide.placement`). kube-scheduler owns every node-level rule
+(taints, selectors, affinities, cpu/memory, topology spread, volumes); the extender only
+answers "can this node's cards serve the pod, and which cards".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import annotations as keys
+from ..cards import Fleet
+from ..config import Config
+from ..pods import InvalidRequest, Kind, PodRequest, is_mthreads_pod, read_request, resource_names
+from ..allocator import reasons
+from ..allocator.card_fit import CardNeed, card_ids, fit_cards, need_of
+from ..allocator.decide import Placement, placement
+from ..allocator.inventory import Card
+from ..allocator.resources import pod_requests
+from ..allocator.score import node_used, policies
+from ..allocator.state import ClusterState
+
+MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority (extender/v1)
+NOT_IN_CACHE = "node is not in the extender's cache yet"
+
+
+@dataclass(frozen=True)
+class PodAsk:
+    """A pod read once per request: what it asks for, or why it cannot be placed."""
+
+    request: PodRequest | None  # None: no Mthreads cards (or devices disabled)
+    need: CardNeed | None
+    invalid: str | None = None  # the whole InvalidRequest message
+
+
+def read_pod(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
+    mt = config.mthreads
+    if not mt.enabled or not is_mthreads_pod(pod, resource_names(mt)):
+        return PodAsk(None, None)
+    try:
+        request = read_request(pod, mt, fleet or Fleet.of(mt.memory_per_card))
+    except InvalidRequest as e:
+        return PodAsk(None, None, f"{reasons.INVALID_REQUEST}: the pod breaks admission rule "
+                                  f"{e.rule}: {e.message}")
+    if request.kind is Kind.NONE:
+        return PodAsk(request, None)
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return PodAsk(request, need_of(request, card_ids(ann.get(keys.USE_CARDS)),
+                                   card_ids(ann.get(keys.NOUSE_CARDS))))
+
+
+def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,
+             config: Config) -> tuple[str | None, tuple[Card, ...]]:
+    """(None, the cards the card policy picks on `node`) or (the node's one reason, ())."""
+    if ask.invalid:
+        return ask.invalid, ()
+    info = state.nodes.get(node)
+    if info is None:
+        return NOT_IN_CACHE, ()
+    if ask.need is None:
+        return None, ()
+    _, gpu_policy = policies(pod, config)
+    return fit_cards(ask.need, info.cards, state.card, state.node_held_whole(node), gpu_policy)
+
+
+def filter_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+                 config: Config) -> tuple[list[str], dict[str, str]]:
+    """(nodes whose cards fit, {node: reason} for the others), in the order given."""
+    fits: list[str] = []
+    failed: dict[str, str] = {}
+    for name in names:
+        reason, _ = cards_on(pod, ask, name, state, config)
+        if reason is None:
+            fits.append(name)
+        else:
+            failed[name] = reason
+    return fits, failed
+
+
+def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+           config: Config) -> list[tuple[str, int]]:
+    """0..MAX_PRIORITY per node from the node policy: binpack favours the busiest node."""
+    node_policy, _ = policies(pod, config)
+    kind = ask.request.kind if ask.request is not None else Kind.NONE
+    out = []
+    for name in names:
+        info = state.nodes.get(name)
+        if info is None:
+            out.append((name, 0))
+            continue
+        used = min(max(node_used(info, state, kind), 0.0), 1.0)
+        value = used if node_policy == "binpack" else 1.0 - used
+        out.append((name, int(round(value * MAX_PRIORITY))))
+    return out
+
+
+def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
+           config: Config) -> Placement | str:
+    """The placement on the node kube-scheduler chose, or the reason the cards do not fit now."""
+    reason, cards = cards_on(pod, ask, node, state, config)
+    if reason is not None:
+        return reason
+    return placement(pod, ask.request, node, cards, pod_requests(pod))

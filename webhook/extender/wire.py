@@ -1,0 +1,91 @@
+"""kube-scheduler's extender messages (k8s.io/kube-scheduler/extender/v1) as JSON.
+
+The Go structs of that package carry no json tags, so kube-scheduler 1.20 sends and expects
+the Go field names as they are (`Pod`, `NodeNames`, `FailedNodes`, `PodUID`, `Host`, ...),
+while the objects inside (`Pod`, `Nodes`) use the usual lower-camel API field names. Go's
+decoder matches keys case-insensitively, so we read either spelling and answer with the
+Go names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class WireError(ValueError):
+    """The body is not an extender message."""
+
+
+def _field(body: dict, name: str):
+    if name in body:
+        return body[name]
+    low = name.lower()
+    for k, v in body.items():
+        if isinstance(k, str) and k.lower() == low:
+            return v
+    return None
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    pod: dict
+    node_names: list[str]
+    nodes: list[dict] | None  # only when the extender is not node-cache capable
+
+
+def extender_args(body) -> ExtenderArgs:
+    if not isinstance(body, dict):
+        raise WireError("the body is not a JSON object")
+    pod = _field(body, "Pod")
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise WireError("Pod is missing")
+    names = _field(body, "NodeNames")
+    node_list = _field(body, "Nodes")
+    nodes = None
+    if isinstance(node_list, dict) and isinstance(node_list.get("items"), list):
+        nodes = [n for n in node_list["items"] if isinstance(n, dict)]
+    if names is None and nodes is not None:
+        names = [(n.get("metadata") or {}).get("name", "") for n in nodes]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise WireError("NodeNames is missing or not a list of names")
+    return ExtenderArgs(pod, names, nodes)
+
+
+@dataclass(frozen=True)
+class BindingArgs:
+    name: str
+    namespace: str
+    uid: str
+    node: str
+
+
+def binding_args(body) -> BindingArgs:
+    if not isinstance(body, dict):
+        raise WireError("the body is not a JSON object")
+    values = [_field(body, k) for k in ("PodName", "PodNamespace", "PodUID", "Node")]
+    if not all(isinstance(v, str) and v for v in values):
+        raise WireError("PodName, PodNamespace, PodUID and Node are all required")
+    return BindingArgs(*values)
+
+
+def filter_result(args: ExtenderArgs, fits: list[str], failed: dict[str, str],
+                  error: str = "") -> dict:
+    out: dict = {"NodeNames": fits, "FailedNodes": failed, "Error": error}
+    if args.nodes is not None:  # answer in the form we were asked in
+        keep = set(fits)
+        out["Nodes"] = {"items": [n for n in args.nodes
+                                  if (n.get("metadata") or {}).get("name") in keep]}
+        out["NodeNames"] = None
+    return out
+
+
+def filter_error(message: str) -> dict:
+    return {"NodeNames": None, "FailedNodes": {}, "Error": message}
+
+
+def priority_list(scores: list[tuple[str, int]]) -> list[dict]:
+    return [{"Host": host, "Score": score} for host, score in scores]
+
+
+def binding_result(error: str = "") -> dict:
+    return {"Error": error}
