@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # the allocator's retries say enough
     try:
         return _COMMANDS[args.command](args)
     except ConfigError as e:

@@ -72,6 +72,10 @@ class Api:
             parsed = None
         return Reply(resp.status, parsed if isinstance(parsed, dict) else None)
 
-    def stream(self, path: str, query: dict):
-        """A watch: the raw response, to read line by line; the caller closes it."""
-        return self._send("GET", path, query, None, None, (REQUEST_TIMEOUT, None))
+    def stream(self, path: str, query: dict, read_timeout: float):
+        """A watch: the raw response, to read line by line; the caller closes it.
+
+        `read_timeout` bounds each read: a connection that a middlebox dropped without a
+        word would otherwise keep the watch waiting for ever, blind to new pods.
+        """
+        return self._send("GET", path, query, None, None, (REQUEST_TIMEOUT, read_timeout))

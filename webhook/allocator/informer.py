@@ -21,6 +21,8 @@ WATCH_SECONDS = 240  # the server ends each watch after this; we then resume
 
 
 class Informer:
+    read_timeout = WATCH_SECONDS + 30  # longer than any quiet watch the server keeps open
+
     def __init__(self, api: Api, kind: str, path: str, field_selector: str | None,
                  out: "queue.Queue", session: int):
         self.api, self.kind, self.path = api, kind, path
@@ -77,7 +79,7 @@ class Informer:
         """Returns the resourceVersion to resume from, or None to relist."""
         resp = self.api.stream(self.path, self._query(
             watch="true", resourceVersion=rv, allowWatchBookmarks="true",
-            timeoutSeconds=str(WATCH_SECONDS)))
+            timeoutSeconds=str(WATCH_SECONDS)), read_timeout=self.read_timeout)
         self._resp = resp
         try:
             if resp.status == 410:
@@ -99,7 +101,7 @@ class Informer:
                 if kind != "BOOKMARK":
                     self._emit(kind, obj)
             return rv
-        except (OSError, ValueError, Exception) as e:
+        except Exception as e:  # a broken stream in any of its forms: resume
             if self.stopped.is_set():
                 return rv
             if isinstance(e, ApiError):

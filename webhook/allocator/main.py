@@ -37,8 +37,6 @@ def identity() -> str:
 
 
 def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_bind: str) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
     api = Api(make_api_client(kubeconfig))
     me = identity()
     ns = lease_namespace(namespace)

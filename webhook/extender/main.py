@@ -44,8 +44,6 @@ class ExtenderServer(BaseApplication):
         # In the worker, after the fork: the watch threads must live in the serving process.
         from .app import create_extender_app
         from .cache import Cache
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        logging.getLogger("urllib3").setLevel(logging.ERROR)
         cache = Cache(self.extender_config, Api(make_api_client(self.kubeconfig))).start()
         log.info("extender: scheduler %s, listing nodes and pods", self.extender_config.scheduler_name)
         return create_extender_app(self.extender_config, cache)
