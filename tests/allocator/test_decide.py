@@ -206,3 +206,58 @@ def test_decision_reads_no_pod():
 class _Poisoned(dict):
     def __getattribute__(self, name):
         raise AssertionError(f"a decision read the pods table ({name})")
+
+
+def full_scan(p, request, state, config):
+    """The decision as SPEC 4 states it: every node checked, the policy's best of those that fit."""
+    from webhook.allocator.card_fit import card_ids, fit_cards, need_of
+    from webhook.allocator.node_fit import node_reason
+    from webhook.allocator.resources import pod_requests
+    from webhook.allocator.score import best_node, policies
+    node_policy, gpu_policy = policies(p, config)
+    ann = p["metadata"].get("annotations") or {}
+    need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))
+    fitting, chosen = [], {}
+    for info in state.nodes.values():
+        if node_reason(p["spec"], info.obj, info.allocatable, state.requested_on(info.name),
+                       pod_requests(p)):
+            continue
+        reason, cards = fit_cards(need, info.cards, state.card, state.node_held_whole(info.name),
+                                  gpu_policy)
+        if reason is None:
+            fitting.append(info)
+            chosen[info.name] = cards
+    if not fitting:
+        return None
+    node = best_node(fitting, state, request.kind, node_policy)
+    return node.name, tuple(c.id for c in chosen[node.name])
+
+
+@pytest.mark.parametrize("node_policy, gpu_policy", [("binpack", "spread"), ("spread", "binpack"),
+                                                     ("binpack", "binpack"), ("spread", "spread")])
+def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_policy):
+    """decide() tries nodes in the policy's order and stops at the first fit; over a random fill,
+    every choice is the one a scan of all nodes makes."""
+    import random
+    rng = random.Random(7)
+    config = Config(mthreads=MT, allocator=AllocatorConfig(node_policy=node_policy, gpu_policy=gpu_policy))
+    state = ClusterState(MT)
+    for i in range(12):
+        state.set_node(mt_node(f"n{i}", rng.choice([2, 4]), rng.choice([96, 160])))
+    placed = refused = 0
+    for _ in range(250):
+        c = rng.choice([slice_(rng.choice([2, 8, 16, 32, 64]), rng.choice([None, 2, 4, 8])),
+                        slice_(rng.choice([96, 128])), whole(rng.choice([1, 2]), rng.choice([96, 160]))])
+        p = pod(c)
+        request = read_request(p, MT, FLEET)
+        expected = full_scan(p, request, state, config)
+        result = decide(p, request, state, config)
+        if expected is None:
+            assert isinstance(result, NoFit)
+            refused += 1
+            continue
+        assert isinstance(result, Placement)
+        assert (result.node, tuple(dict.fromkeys(d.card for ds in result.devices for d in ds))) == expected
+        state.add(result.share)
+        placed += 1
+    assert placed >= 30 and refused >= 30  # the fleet filled up: both paths were taken

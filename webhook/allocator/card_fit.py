@@ -14,7 +14,7 @@ from ..cards import CORES_PER_CARD, UNIT_MIB
 from ..pods import Kind, PodRequest
 from . import reasons
 from .inventory import Card, NodeCards
-from .state import CardUsage
+from .state import CardUsage, NodeRoom, card_used, shareable
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def need_of(request: PodRequest, use: frozenset[str] = frozenset(),
 
 def held_whole(card: Card, u: CardUsage) -> bool:
     """A card held exclusively (or simply full) takes nothing more."""
-    return u.whole > 0 or (u.memory_mib >= card.memory_mib and u.cores >= CORES_PER_CARD)
+    return not shareable(card.memory_mib, u)
 
 
 Usage = Callable[[str], CardUsage]
@@ -70,7 +70,7 @@ def _filters(need: CardNeed, usage: Usage):
 
 
 def fraction_used(card: Card, u: CardUsage) -> float:
-    return (u.memory_mib / card.memory_mib + u.cores / CORES_PER_CARD) / 2
+    return card_used(card.memory_mib, u)
 
 
 def fit_cards(need: CardNeed, node: NodeCards, usage: Usage, node_held_whole: bool,
@@ -92,3 +92,13 @@ def fit_cards(need: CardNeed, node: NodeCards, usage: Usage, node_held_whole: bo
     sign = -1 if gpu_policy == "binpack" else 1  # spread: least used card first
     best = min(candidates, key=lambda c: (sign * fraction_used(c, usage(c.id)), c.index))
     return None, (best,)
+
+
+def may_fit(need: CardNeed, room: NodeRoom) -> bool:
+    """False only when no card of the node can serve the need: a cheap first look."""
+    if room.models.isdisjoint(need.model_units):
+        return False
+    if need.kind is Kind.WHOLE:
+        return room.idle >= need.cards
+    least_cores = max(need.cores, 1 if need.any_coreless else 0)
+    return any(mib >= need.memory_mib and cores >= least_cores for mib, cores in room.free)

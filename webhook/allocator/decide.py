@@ -14,7 +14,7 @@ from ..config import Config
 from ..hami import Device
 from ..pods import Kind, PodRequest
 from . import reasons
-from .card_fit import card_ids, fit_cards, need_of
+from .card_fit import card_ids, fit_cards, may_fit, need_of
 from .inventory import Card
 from .node_fit import node_reason
 from .resources import pod_requests
@@ -46,6 +46,11 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
     kind = request.kind if request is not None else Kind.NONE
     need = need_of(request, card_ids(ann.get(keys.USE_CARDS)),
                    card_ids(ann.get(keys.NOUSE_CARDS))) if kind is not Kind.NONE else None
+    if need is not None:
+        fit = _first_fit(pod, request, spec, wants, need, state, node_policy, gpu_policy)
+        if fit is not None:
+            return fit
+    # Nothing fits (or no cards are asked for): every node is read, for its reason.
     rejected: Counter = Counter()
     fitting, chosen = [], {}
     for info in state.nodes.values():
@@ -63,6 +68,23 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
         return NoFit(reasons.summary(len(state.nodes), rejected), rejected)
     node = best_node(fitting, state, kind, node_policy)
     return placement(pod, request, node.name, chosen[node.name], wants)
+
+
+def _first_fit(pod, request, spec, wants, need, state: ClusterState, node_policy: str,
+               gpu_policy: str) -> Placement | None:
+    """The nodes in the node policy's order: the first that fits is the one best_node picks,
+    so most decisions read a few nodes instead of all of them."""
+    order = state.binpack_order if node_policy == "binpack" else state.spread_order
+    for _, name in order:
+        if not may_fit(need, state.room[name]) or state.node_held_whole(name):
+            continue
+        info = state.nodes[name]
+        if node_reason(spec, info.obj, info.allocatable, state.requested_on(name), wants):
+            continue
+        reason, cards = fit_cards(need, info.cards, state.card, False, gpu_policy)
+        if reason is None:
+            return placement(pod, request, name, cards, wants)
+    return None
 
 
 def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Card, ...],

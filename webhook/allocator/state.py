@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedList
+
+from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
 from .inventory import NodeCards, node_cards
 from .resources import Resources, node_allocatable
@@ -33,6 +36,16 @@ class NodeUsage:
 
 
 @dataclass(frozen=True)
+class NodeRoom:
+    """What a node's cards have left, for skipping nodes that cannot fit at a glance."""
+
+    used: float  # mean of the cards' used fraction (memory and cores), the node policies' key
+    free: tuple[tuple[int, int], ...]  # (free MiB, free cores) of each card still shareable
+    idle: int  # cards nobody holds
+    models: frozenset[int]  # units per card of the node's cards
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     name: str
     obj: dict  # the Node as the API server returned it
@@ -50,6 +63,24 @@ class ClusterState:
         # Bumped whenever room may have appeared (a share freed, a node added or changed):
         # pods that did not fit are retried only then.
         self.generation = 0
+        # Nodes with cards in the order the node policies try them: (used, name) for spread,
+        # (-used, name) for binpack; the first that fits is the one the policy picks.
+        self.room: dict[str, NodeRoom] = {}
+        self.spread_order: SortedList = SortedList()
+        self.binpack_order: SortedList = SortedList()
+
+    def _reindex(self, name: str) -> None:
+        old = self.room.pop(name, None)
+        if old is not None:
+            self.spread_order.remove((old.used, name))
+            self.binpack_order.remove((-old.used, name))
+        info = self.nodes.get(name)
+        if info is None or not info.cards.cards:
+            return
+        room = node_room(info.cards, self.card)
+        self.room[name] = room
+        self.spread_order.add((room.used, name))
+        self.binpack_order.add((-room.used, name))
 
     # nodes
     def set_node(self, node: dict) -> None:
@@ -57,15 +88,20 @@ class ClusterState:
         old = self.nodes.get(name)
         info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node))
         self.nodes[name] = info
+        self._reindex(name)
         if old is None or _fingerprint(old.obj) != _fingerprint(node):
             self.generation += 1  # heartbeats that change nothing a decision reads retry nothing
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
+            self._reindex(name)
             self.generation += 1
 
     def replace_nodes(self, nodes: list[dict]) -> None:
         self.nodes.clear()
+        self.room.clear()
+        self.spread_order.clear()
+        self.binpack_order.clear()
         for n in nodes:
             self.set_node(n)
 
@@ -99,6 +135,8 @@ class ClusterState:
         self.shares.clear()
         self.cards.clear()
         self.node_usage.clear()
+        for name in list(self.room):
+            self._reindex(name)
         self.generation += 1
 
     def _apply(self, share: PodShare, sign: int) -> None:
@@ -113,6 +151,8 @@ class ClusterState:
             cu.holders += sign
             if cu.holders == 0:
                 del self.cards[c.card]
+        if share.cards and share.node in self.nodes:
+            self._reindex(share.node)
 
     # reads used by a decision: O(1) per node or card
     def requested_on(self, node: str) -> Resources:
@@ -128,6 +168,28 @@ class ClusterState:
 
 
 _IDLE = CardUsage()
+
+
+def card_used(memory_mib: int, u: CardUsage) -> float:
+    """How full a card is, 0..1: the mean of its memory and its cores."""
+    return (u.memory_mib / memory_mib + u.cores / CORES_PER_CARD) / 2
+
+
+def shareable(memory_mib: int, u: CardUsage) -> bool:
+    """Not held exclusively, and not simply full: a slice may still go there."""
+    return not u.whole and not (u.memory_mib >= memory_mib and u.cores >= CORES_PER_CARD)
+
+
+def node_room(cards: NodeCards, usage) -> NodeRoom:
+    used, idle, free = 0.0, 0, []
+    for c in cards.cards:
+        u = usage(c.id)
+        used += card_used(c.memory_mib, u)
+        idle += u.idle
+        if shareable(c.memory_mib, u):
+            free.append((c.memory_mib - u.memory_mib, CORES_PER_CARD - u.cores))
+    return NodeRoom(used / len(cards.cards), tuple(free), idle,
+                    frozenset(c.model.units for c in cards.cards))
 
 
 def _fingerprint(node: dict) -> tuple:
