@@ -42,3 +42,16 @@ clean:
 demo: install
 	hack/kube-assets.sh >/dev/null
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)
+
+# Benchmarks, tables in docs/benchmarks.md: `make bench`, one part: `make bench BENCH=webhook`,
+# options for bench/run.py: BENCH_ARGS='--rounds 3' (see `python -m bench.run --help`).
+.PHONY: bench
+bench: install
+	hack/kube-assets.sh >/dev/null
+	$(BIN)/python -m bench.run $(if $(BENCH),--parts $(BENCH)) $(BENCH_ARGS)
+
+# Long fuzzing and soak runs of tests/hardening (docs/reliability.md): tens of thousands of
+# cases per property; `make fuzz FUZZ_ARGS='-x -k mutate'` to run some of them.
+.PHONY: fuzz
+fuzz: install
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/hardening -m "fuzz or soak" $(FUZZ_ARGS)

@@ -1,0 +1,592 @@
+"""Part `e2e`: the allocator against kube-scheduler 1.20 on a real API server with fake nodes.
+
+One etcd + kube-apiserver 1.20 on loopback (tests/harness/kube.py), `--e2e-nodes` fake nodes of
+8 cards (S4000 and S5000 alternating; Ready, the NodeTaint plugin's not-ready taint taken off as
+the node lifecycle controller would). Each run creates `--e2e-pods` pods in a fresh namespace
+from 8 client threads at full speed (raw JSON POSTs, `_preload_content=False`) and a watch in
+the bench records when each pod is first seen bound:
+
+- the allocator (`python -m webhook.allocator`, its own RBAC user) places pods in the form the
+  webhook writes (`hami-scheduler`, Mthreads slices and whole cards; bench/workload.py);
+- kube-scheduler 1.20 (KubeSchedulerConfiguration v1beta1, qps 1000 / burst 2000, no leader
+  election, profile `default-scheduler`, admin credentials) places the same pods with the same
+  cpu/memory requests and no Mthreads resources (it does not know the cards).
+
+Two ways: **streaming** (the scheduler runs and is warm — a probe pod was bound — before the
+pods are created; pods/s = pods / (last bound − first create)) and **backlog** (all pods are
+Pending first, then the scheduler starts; pods/s = pods / (last bound − first bound), and the
+time from the process start is given too). **Raw ceiling**: pods that already exist (scheduler
+name nobody serves) bound by 8 Python threads with `pods/binding` POSTs that carry the same
+annotations as the allocator's. Between runs the scheduler is stopped (SIGTERM by PID) and the
+pods are deleted with gracePeriodSeconds=0 (the pods also set terminationGracePeriodSeconds 0:
+with no kubelet, a graceful delete of a bound pod would leave it Terminating for good); the
+bench waits until the namespace is empty. The runs of a round go in a rotated order; the doc
+quotes medians over rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import workload
+from .report import Goal, Section, Table
+
+TITLE = "End to end: allocator against kube-scheduler"
+ROOT = Path(__file__).resolve().parent.parent
+LEASE_NS = "mthreads-system"
+THREADS = 8
+CEILING_GOAL = 0.80
+KS_NAME = "default-scheduler"
+NOBODY = "bench-nobody"
+RUN_TIMEOUT = 300.0
+ROUNDS = 3  # default of --rounds
+
+
+def add_arguments(g) -> None:
+    g.add_argument("--e2e-nodes", type=int, default=500, help="fake nodes (%(default)s)")
+    g.add_argument("--e2e-pods", type=int, default=1000, help="pods per run (%(default)s)")
+    g.add_argument("--e2e-profile", type=float, default=8.0,
+                   help="seconds of py-spy on the allocator in its first backlog run "
+                        "(0: none; needs py-spy) (%(default)s)")
+
+
+def _sizes(args) -> tuple[int, int, int]:
+    if args.quick:
+        return min(args.e2e_nodes, 50), min(args.e2e_pods, 200), 1
+    return args.e2e_nodes, args.e2e_pods, args.rounds or ROUNDS
+
+
+def estimate(args) -> float:
+    nodes, pods, rounds = _sizes(args)
+    return 30 + nodes * 0.03 + rounds * 5 * (pods / 60 + 10)
+
+
+# --- the cluster ---------------------------------------------------------------------------
+
+def _client(cluster, user):
+    c = cluster.api_client(user)
+    c.configuration.connection_pool_maxsize = 2 * THREADS
+    c.rest_client.__init__(c.configuration)  # the pool size is read when the REST client is made
+    return c
+
+
+def _parallel(fn, items, threads: int = THREADS) -> list:
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, items))
+
+
+def make_nodes(admin, count: int) -> list[str]:
+    import kubernetes.client as k
+    from tests.harness.kube import make_fake_node
+    core = k.CoreV1Api(admin)
+
+    def one(i: int) -> str:
+        name = workload.node_name(i)
+        make_fake_node(admin, name, workload.CARDS, workload.MODELS[i % 2], cpu="64", memory="512Gi")
+        _drain(core.patch_node(name, {"spec": {"taints": None}}, _preload_content=False))
+        return name
+    return _parallel(one, range(count))
+
+
+def ensure_namespace(admin, name: str) -> None:
+    import kubernetes.client as k
+    try:
+        _drain(k.CoreV1Api(admin).create_namespace({"metadata": {"name": name}}, _preload_content=False))
+    except k.ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _drain(resp) -> None:
+    """Read the reply before the connection goes back to the pool (else the next call reads it)."""
+    try:
+        resp.data
+    finally:
+        resp.release_conn()
+
+
+def _json(resp) -> dict:
+    try:
+        return json.loads(resp.data)
+    finally:
+        resp.release_conn()
+
+
+def create_pods(admin, namespace: str, bodies: list[dict]) -> tuple[float, float, int]:
+    """POST every pod from THREADS threads; (first start, last end, failures)."""
+    import kubernetes.client as k
+    core = k.CoreV1Api(admin)
+    failures = 0
+    lock = threading.Lock()
+
+    def one(body):
+        nonlocal failures
+        try:
+            _drain(core.create_namespaced_pod(namespace, body, _preload_content=False))
+        except k.ApiException:
+            with lock:
+                failures += 1
+    t0 = time.monotonic()
+    _parallel(one, bodies)
+    return t0, time.monotonic(), failures
+
+
+def delete_pods(admin, namespace: str, timeout: float = 120) -> float:
+    """Delete all pods of the namespace at once (grace 0) and wait until none is left."""
+    import kubernetes.client as k
+    core = k.CoreV1Api(admin)
+    t0 = time.monotonic()
+    _drain(core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0,
+                                          _preload_content=False))
+    while time.monotonic() - t0 < timeout:
+        left = _json(core.list_namespaced_pod(namespace, limit=1, _preload_content=False))
+        if not left["items"]:
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise RuntimeError(f"pods of {namespace} still there {timeout:.0f} s after the delete "
+                       f"(Terminating? {left['items'][0]['metadata'].get('deletionTimestamp')})")
+
+
+class BoundWatch:
+    """Watch a namespace's pods; remember when each was first seen with spec.nodeName."""
+
+    def __init__(self, admin, namespace: str, expected: int):
+        import kubernetes.client as k
+        self.core, self.namespace, self.expected = k.CoreV1Api(admin), namespace, expected
+        self.bound: dict[str, float] = {}
+        self.nodes: Counter = Counter()
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        rv = _json(self.core.list_namespaced_pod(namespace, limit=1, _preload_content=False))[
+            "metadata"]["resourceVersion"]
+        self.resp = self.core.list_namespaced_pod(namespace, watch=True, resource_version=rv,
+                                                  timeout_seconds=int(RUN_TIMEOUT) + 60,
+                                                  allow_watch_bookmarks=False,
+                                                  _preload_content=False,
+                                                  _request_timeout=(5, RUN_TIMEOUT + 90))
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.resp:
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                obj = ev.get("object") or {}
+                node = (obj.get("spec") or {}).get("nodeName")
+                name = (obj.get("metadata") or {}).get("name")
+                if node and name not in self.bound:
+                    self.bound[name] = time.monotonic()
+                    self.nodes[node] += 1
+                    if len(self.bound) >= self.expected:
+                        self.done.set()
+                        return
+        except BaseException as e:  # closed under us, or the server went away
+            if not self.done.is_set():
+                self.error = e
+        finally:
+            self.done.set()
+
+    def wait(self, timeout: float) -> bool:
+        self.done.wait(timeout)
+        return len(self.bound) >= self.expected
+
+    def close(self) -> None:
+        self.done.set()
+        try:
+            self.resp.shutdown()
+        except Exception:
+            pass
+        try:
+            self.resp.release_conn()
+        except Exception:
+            pass
+
+
+# --- the schedulers --------------------------------------------------------------------------
+
+class Scheduler:
+    name: str
+    proc: subprocess.Popen | None = None
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+
+class AllocatorScheduler(Scheduler):
+    label = "allocator"
+    scheduler_name = workload.SCHEDULER
+    mthreads = True
+
+    def __init__(self, cluster, workdir: Path):
+        from tests.allocator.kubetools import ALLOCATOR_USER
+        self.kubeconfig = cluster.kubeconfig(ALLOCATOR_USER)
+        self.config = workdir / "allocator.yaml"
+        self.config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
+        self.log = workdir / "allocator.log"
+
+    def start(self) -> None:
+        from tests.allocator.kubetools import AllocatorProcess
+        ap = AllocatorProcess(self.kubeconfig, LEASE_NS, self.log, self.config).start()
+        self.proc = ap.proc
+
+
+class KubeScheduler(Scheduler):
+    label = "kube-scheduler"
+    scheduler_name = KS_NAME
+    mthreads = False
+
+    def __init__(self, cluster, workdir: Path):
+        from tests.harness.kube import ADMIN
+        self.binary = str(cluster.kube_scheduler_path)
+        self.config = workdir / "kube-scheduler.yaml"
+        self.config.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1beta1\n"
+            "kind: KubeSchedulerConfiguration\n"
+            "clientConnection:\n"
+            f"  kubeconfig: {cluster.kubeconfig(ADMIN)}\n"
+            "  qps: 1000\n"
+            "  burst: 2000\n"
+            "leaderElection:\n"
+            "  leaderElect: false\n"
+            "profiles:\n"
+            f"- schedulerName: {KS_NAME}\n")
+        self.log = workdir / "kube-scheduler.log"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.binary, f"--config={self.config}", "--bind-address=127.0.0.1", "--port=0",
+                 "--secure-port=0", "--v=1"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    def version(self) -> str:
+        out = subprocess.run([self.binary, "--version"], stdout=subprocess.PIPE, text=True,
+                             timeout=20).stdout.strip()
+        return out.split()[-1] if out else "?"
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, cluster, admin, workdir: Path, pods: int):
+        self.cluster, self.admin, self.workdir, self.pods = cluster, admin, workdir, pods
+        self.shapes = workload.shapes(pods)
+        self.runs = 0
+
+    def namespace(self, what: str) -> str:
+        self.runs += 1
+        ns = f"bench-{what}-{self.runs}"
+        ensure_namespace(self.admin, ns)
+        return ns
+
+    def bodies(self, ns: str, sched: Scheduler | None) -> list[dict]:
+        if sched is None:
+            return [workload.pod(s, f"p{i:05d}", ns, mthreads=True, scheduler=NOBODY)
+                    for i, s in enumerate(self.shapes)]
+        return [workload.pod(s, f"p{i:05d}", ns, mthreads=sched.mthreads,
+                             scheduler=sched.scheduler_name) for i, s in enumerate(self.shapes)]
+
+    def warm(self, sched: Scheduler) -> float:
+        """Start the scheduler and wait until it bound a probe pod: it has listed and is deciding."""
+        ns = self.namespace("probe")
+        t0 = time.monotonic()
+        sched.start()
+        watch = BoundWatch(self.admin, ns, 1)
+        create_pods(self.admin, ns, [workload.pod(self.shapes[0], "probe", ns, mthreads=sched.mthreads,
+                                                  scheduler=sched.scheduler_name)])
+        ok = watch.wait(60)
+        watch.close()
+        if not ok:
+            raise RuntimeError(f"{sched.label} bound no probe pod in 60 s; see {sched.log.name}")
+        delete_pods(self.admin, ns)
+        return time.monotonic() - t0
+
+    def streaming(self, sched: Scheduler) -> dict:
+        self.warm(sched)
+        ns = self.namespace(f"{sched.label}-stream")
+        bodies = self.bodies(ns, sched)
+        watch = BoundWatch(self.admin, ns, len(bodies))
+        try:
+            t0, t1, failures = create_pods(self.admin, ns, bodies)
+            ok = watch.wait(RUN_TIMEOUT)
+        finally:
+            watch.close()
+            sched.stop()
+        return self._finish(ns, watch, ok, failures, {
+            "create_s": t1 - t0, "create_rate": len(bodies) / (t1 - t0),
+            "rate": len(watch.bound) / (max(watch.bound.values()) - t0) if watch.bound else 0.0,
+            "total_s": (max(watch.bound.values()) - t0) if watch.bound else float("nan")})
+
+    def backlog(self, sched: Scheduler, profile: float = 0.0) -> dict:
+        ns = self.namespace(f"{sched.label}-backlog")
+        bodies = self.bodies(ns, sched)
+        t0, t1, failures = create_pods(self.admin, ns, bodies)
+        watch = BoundWatch(self.admin, ns, len(bodies))
+        spy = None
+        try:
+            started = time.monotonic()
+            sched.start()
+            if profile:  # once it decides: past the imports and the first list
+                deadline = time.monotonic() + 60
+                while not watch.bound and time.monotonic() < deadline and not watch.done.is_set():
+                    time.sleep(0.05)
+                spy = PySpy(sched.proc.pid, profile, self.workdir / f"py-spy-{self.runs}.txt")
+            ok = watch.wait(RUN_TIMEOUT)
+        finally:
+            watch.close()
+            if spy:
+                spy.wait()
+            sched.stop()
+        times = sorted(watch.bound.values())
+        rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+        result = self._finish(ns, watch, ok, failures, {
+            "create_s": t1 - t0, "create_rate": len(bodies) / (t1 - t0), "rate": rate,
+            "total_s": (times[-1] - started) if times else float("nan"),
+            "first_s": (times[0] - started) if times else float("nan")})
+        if spy:
+            result["profile"] = spy.result()
+        return result
+
+    def ceiling(self) -> dict:
+        """pods/binding POSTs from THREADS threads for pods that exist, with the allocator's
+        annotations (a slice on card 0 of a node, round robin over the nodes)."""
+        import kubernetes.client as k
+        core = k.CoreV1Api(self.admin)
+        ns = self.namespace("raw-bind")
+        bodies = self.bodies(ns, None)
+        create_pods(self.admin, ns, bodies)
+        nodes = [workload.node_name(i) for i in range(self.nodes)]
+        fails = 0
+        lock = threading.Lock()
+
+        def one(i: int):
+            nonlocal fails
+            node = nodes[i % len(nodes)]
+            now = time.time_ns()
+            ann = {"hami.io/mthreads-vgpu-devices-allocated": f"{node}-mthreads-0,Mthreads,2048,0:;",
+                   "mthreads.com/gpu-index": "0", "mthreads.com/predicate-node": node,
+                   "hami.io/vgpu-node": node, "mthreads.com/predicate-time": str(now),
+                   "hami.io/vgpu-time": str(now // 10**9), "hami.io/bind-time": str(now // 10**9),
+                   "hami.io/bind-phase": "allocating"}
+            name = bodies[i]["metadata"]["name"]
+            body = {"apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": name, "namespace": ns, "annotations": ann},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+            try:
+                _drain(core.create_namespaced_pod_binding(name, ns, body,
+                                                   _preload_content=False))
+            except k.ApiException:
+                with lock:
+                    fails += 1
+        t0 = time.monotonic()
+        _parallel(one, range(len(bodies)))
+        elapsed = time.monotonic() - t0
+        delete_pods(self.admin, ns)
+        return {"rate": (len(bodies) - fails) / elapsed, "failures": fails, "total_s": elapsed}
+
+    def _finish(self, ns: str, watch: BoundWatch, ok: bool, failures: int, out: dict) -> dict:
+        out.update(bound=len(watch.bound), failures=failures, complete=ok,
+                   nodes_used=len(watch.nodes), delete_s=delete_pods(self.admin, ns))
+        if watch.error is not None and not ok:
+            out["error"] = f"{type(watch.error).__name__}: {watch.error}"
+        return out
+
+
+class PySpy:
+    """py-spy record on a PID for some seconds, raw (collapsed) stacks, in the background."""
+
+    def __init__(self, pid: int, seconds: float, out: Path):
+        self.out = out
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        self.proc = None
+        if Path(exe).exists():
+            self.proc = subprocess.Popen(
+                [exe, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "100", "-f", "raw",
+                 "-o", str(out), "--nonblocking"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait(self) -> None:
+        if self.proc:
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout=10)
+
+    def result(self) -> list[list[str]]:
+        """Top frames of the decision thread by inclusive share of its samples."""
+        if not self.out.exists():
+            return []
+        total, inclusive, own = 0, Counter(), Counter()
+        for line in self.out.read_text(errors="replace").splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit() or "run (webhook/allocator/loop.py" not in stack:
+                continue  # only the decision loop's thread (run -> schedule_pass -> ...)
+            n = int(count)
+            total += n
+            frames = stack.split(";")
+            seen = set()
+            for f in frames:
+                key = _frame(f)
+                if key not in seen:
+                    inclusive[key] += n
+                    seen.add(key)
+            own[_frame(frames[-1])] += n
+        if not total:
+            return []
+        rows = []
+        for key, n in inclusive.most_common(40):
+            if key.split(" (", 1)[1].startswith(("allocator/", "webhook/", "client/", "urllib3/",
+                                                  "http/", "ssl.py", "json/")):
+                rows.append([f"`{key}`", f"{100 * n / total:.0f}%", f"{100 * own[key] / total:.0f}%"])
+            if len(rows) >= 14:
+                break
+        return rows
+
+
+def _frame(f: str) -> str:
+    """'func (path/to/file.py:123)' -> 'func (file.py)' without the machine's path prefix."""
+    name, _, where = f.partition(" (")
+    where = where.rstrip(")")
+    path = where.rsplit(":", 1)[0]
+    for marker in ("webhook/", "site-packages/", "lib/python"):
+        if marker in path:
+            path = path[path.index(marker):]
+            break
+    return f"{name} ({path.rsplit('/', 2)[-2] + '/' if '/' in path else ''}{path.rsplit('/', 1)[-1]})"
+
+
+# --- the part -----------------------------------------------------------------------------------
+
+def _med(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def run(args) -> Section:
+    from tests.allocator.kubetools import grant_allocator_rbac
+    from tests.harness.kube import ADMIN, LocalCluster
+
+    nodes, pods, rounds = _sizes(args)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    cluster = LocalCluster(workdir / "kube").start()
+    scheds: list[Scheduler] = []
+    try:
+        admin = _client(cluster, ADMIN)
+        grant_allocator_rbac(admin)
+        ensure_namespace(admin, LEASE_NS)
+        t0 = time.monotonic()
+        make_nodes(admin, nodes)
+        print(f"bench: e2e: {nodes} nodes in {time.monotonic() - t0:.0f} s", flush=True)
+        alloc, ks = AllocatorScheduler(cluster, workdir), KubeScheduler(cluster, workdir)
+        scheds = [alloc, ks]
+        ks_version = ks.version()
+        bench = Bench(cluster, admin, workdir, pods)
+        bench.nodes = nodes
+        results: dict[tuple[str, str], list[dict]] = {}
+        cells = [("allocator", "streaming"), ("kube-scheduler", "streaming"),
+                 ("allocator", "backlog"), ("kube-scheduler", "backlog"), ("raw", "ceiling")]
+        by_label = {"allocator": alloc, "kube-scheduler": ks}
+        profiled = False
+        for r in range(rounds):
+            order = cells[r % len(cells):] + cells[:r % len(cells)]
+            for who, how in order:
+                if who == "raw":
+                    res = bench.ceiling()
+                elif how == "streaming":
+                    res = bench.streaming(by_label[who])
+                else:
+                    want = who == "allocator" and not profiled and args.e2e_profile > 0
+                    res = bench.backlog(by_label[who], args.e2e_profile if want else 0.0)
+                    profiled = profiled or want
+                results.setdefault((who, how), []).append(res)
+                print(f"bench: e2e: round {r + 1}: {who} {how}: {res['rate']:.0f} pods/s "
+                      + json.dumps({k: (round(v, 2) if isinstance(v, float) else v)
+                                    for k, v in res.items() if k != "profile"}), flush=True)
+    finally:
+        for s in scheds:
+            s.stop()
+        cluster.stop()
+        shutil.rmtree(workdir / "kube", ignore_errors=True)  # etcd's data; the logs stay
+    return _section(results, nodes, pods, rounds, ks_version, workdir)
+
+
+def _section(results, nodes, pods, rounds, ks_version, workdir) -> Section:
+    rate = {k: _med([r["rate"] for r in v]) for k, v in results.items()}
+    rows = []
+    for (who, how), v in results.items():
+        if who == "raw":
+            continue
+        rows.append([who, how, f"{rate[(who, how)]:.0f}",
+                     " / ".join(f"{r['rate']:.0f}" for r in v),
+                     f"{_med([r['total_s'] for r in v]):.1f}",
+                     f"{_med([r['create_rate'] for r in v]):.0f}",
+                     f"{_med([r.get('first_s', float('nan')) for r in v]):.1f}" if how == "backlog" else "–",
+                     f"{min(r['bound'] for r in v):,}/{pods:,}",
+                     f"{_med([r['nodes_used'] for r in v]):.0f}"])
+    ceiling = rate.get(("raw", "ceiling"), float("nan"))
+    raw = results.get(("raw", "ceiling"), [])
+    rows.append(["raw bindings", f"{THREADS} threads", f"{ceiling:.0f}",
+                 " / ".join(f"{r['rate']:.0f}" for r in raw),
+                 f"{_med([r['total_s'] for r in raw]):.1f}", "–", "–",
+                 f"{pods - max((r['failures'] for r in raw), default=0):,}/{pods:,}", "–"])
+    goals = []
+    for how in ("streaming", "backlog"):
+        a, k = rate.get(("allocator", how)), rate.get(("kube-scheduler", how))
+        if a is not None and k is not None:
+            goals.append(Goal(f"{how}: allocator pods/s ≥ kube-scheduler's", f"{a / k:.0%}", a >= k))
+    for how in ("streaming", "backlog"):
+        a = rate.get(("allocator", how))
+        if a is not None and ceiling == ceiling:
+            goals.append(Goal(f"{how}: allocator pods/s ≥ {CEILING_GOAL:.0%} of the raw binding "
+                              f"ceiling", f"{a / ceiling:.0%}", a >= CEILING_GOAL * ceiling))
+    tables = [Table(["scheduler", "how", "pods/s (median)", "per round", "s until all bound",
+                     "created/s", "s to first bind", "bound (worst round)", "nodes used"],
+                    rows, f"{pods:,} pods on {nodes:,} nodes, medians of {rounds} rounds")]
+    prof = next((r["profile"] for r in results.get(("allocator", "backlog"), []) if r.get("profile")),
+                None)
+    notes = []
+    if prof:
+        tables.append(Table(["frame", "share of samples (with callees)", "own"], prof,
+                            "py-spy on the allocator's decision thread, backlog run "
+                            "(100 samples/s)"))
+    return Section(
+        part="e2e", title=TITLE,
+        intro=__doc__.split("\n\n", 1)[1].strip() if __doc__ else "",
+        conditions=[
+            ("cluster", f"etcd + kube-apiserver {ks_version} on 127.0.0.1, no kubelet or "
+             "controller-manager"),
+            ("nodes", f"{nodes:,} fake nodes × {workload.CARDS} cards (S4000/S5000 alternating), "
+             "64 cpu, 512Gi, 110 pods"),
+            ("pods", f"{pods:,} per run (bench/workload.py; same cpu/memory for both schedulers), "
+             f"created by {THREADS} threads"),
+            ("kube-scheduler", f"{ks_version}, v1beta1 config, qps 1000, burst 2000, "
+             "default plugins"),
+            ("allocator", "`python -m webhook.allocator`, default policies, "
+             "memoryPerCard [96, 160]"),
+            ("machine", f"{os.cpu_count()} CPUs shared by the API server, etcd, the scheduler "
+             f"and the bench; Python {platform.python_version()}"),
+        ],
+        tables=tables, goals=goals, notes=notes)

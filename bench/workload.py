@@ -1,0 +1,97 @@
+"""Nodes and pods for the allocator benchmarks (bench/allocator.py, bench/e2e.py).
+
+Nodes are what a Mthreads device plugin and a kubelet report: 8 cards, MTT S4000 (96 units a
+card) and MTT S5000 (160) alternating, `status.capacity` with `mthreads.com/sgpu-core` = 16 x 8
+and `mthreads.com/sgpu-memory` = units x 8, Ready, allocatable cpu/memory/pods.
+
+Pods are in the form the webhook writes (schedulerName `hami-scheduler`, the Mthreads resources
+in limits and requests): mostly slices of one card of mixed sizes, some with cores, and a few
+pods that take whole cards (the whole form: vgpu N, sgpu-memory N x units, sgpu-core 16 x N).
+The mix is drawn from a seeded generator, so every run places the same pods.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+CARDS = 8
+MODELS = (96, 160)  # S4000, S5000: nodes alternate
+NODE_CPU, NODE_MEMORY, NODE_PODS = "64", "512Gi", "110"
+SCHEDULER = "hami-scheduler"
+MEMORY_PER_CARD = (96, 160)
+# sgpu-memory of a slice (512 MiB units; valid on both models), sgpu-core (None: no cores)
+SLICE_MEMORY = (2, 4, 4, 8, 8, 16, 32)
+SLICE_CORES = (None, None, 1, 2, 4)
+WHOLE_SHARE = 0.04  # share of pods that take whole cards (1 or 2)
+POD_CPU = ("100m", "250m", "500m")
+POD_MEMORY = ("256Mi", "512Mi", "1Gi")
+
+
+def node_name(i: int) -> str:
+    return f"bench-node-{i:05d}"
+
+
+def node(i: int, heartbeat: str = "2024-01-01T00:00:00Z") -> dict:
+    units = MODELS[i % len(MODELS)]
+    res = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_PODS,
+           "mthreads.com/sgpu-core": str(16 * CARDS),
+           "mthreads.com/sgpu-memory": str(units * CARDS)}
+    name = node_name(i)
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": str(uuid.UUID(int=i + 1)),
+                         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                    "kubernetes.io/arch": "amd64"}},
+            "spec": {},
+            "status": {"capacity": dict(res), "allocatable": dict(res),
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "lastHeartbeatTime": heartbeat,
+                                       "lastTransitionTime": heartbeat}]}}
+
+
+def shapes(count: int, seed: int = 5) -> list[dict]:
+    """`count` pod shapes: {"kind": "slice"|"whole", memory/cores or cards/units, cpu, memory}."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        cpu, mem = rng.choice(POD_CPU), rng.choice(POD_MEMORY)
+        if rng.random() < WHOLE_SHARE:
+            out.append({"kind": "whole", "cards": rng.choice((1, 1, 2)), "units": rng.choice(MODELS),
+                        "cpu": cpu, "memory": mem})
+        else:
+            out.append({"kind": "slice", "gpu_memory": rng.choice(SLICE_MEMORY),
+                        "cores": rng.choice(SLICE_CORES), "cpu": cpu, "memory": mem})
+    return out
+
+
+def mthreads_limits(shape: dict) -> dict:
+    if shape["kind"] == "whole":
+        n = shape["cards"]
+        return {"mthreads.com/vgpu": str(n), "mthreads.com/sgpu-memory": str(n * shape["units"]),
+                "mthreads.com/sgpu-core": str(16 * n)}
+    limits = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": str(shape["gpu_memory"])}
+    if shape["cores"] is not None:
+        limits["mthreads.com/sgpu-core"] = str(shape["cores"])
+    return limits
+
+
+def pod(shape: dict, name: str, namespace: str = "bench", *, mthreads: bool = True,
+        scheduler: str = SCHEDULER, uid: str | None = None) -> dict:
+    """A pod as created (no uid unless given): the allocator's form, or a plain one for
+    kube-scheduler with the same cpu/memory requests and no Mthreads resources."""
+    requests = {"cpu": shape["cpu"], "memory": shape["memory"]}
+    limits: dict = {}
+    if mthreads:
+        limits = mthreads_limits(shape)
+        requests = {**requests, **limits}
+    resources = {"requests": requests}
+    if limits:
+        resources["limits"] = limits
+    meta: dict = {"name": name, "namespace": namespace, "labels": {"app": "bench"}}
+    if uid:
+        meta["uid"] = uid
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": resources}]},
+            "status": {"phase": "Pending"}}

@@ -1,0 +1,79 @@
+"""The fault tests' checker (rig.py) on made-up pods: it must see every kind of loss it claims to."""
+
+from __future__ import annotations
+
+from .rig import ALLOCATED, KIND_LABEL, TO_ALLOCATE, Tracker, card_problems, parse_allocated
+
+CAPS = {f"n1-mthreads-{i}": 96 * 512 for i in range(2)} | {"n2-mthreads-0": 160 * 512}
+
+
+def bound(name: str, node: str, allocated: str, kind: str = "slice", uid: str | None = None,
+          **ann) -> dict:
+    annotations = {ALLOCATED: allocated, "mthreads.com/predicate-node": node,
+                   "hami.io/vgpu-node": node, TO_ALLOCATE: "x", **ann}
+    return {"metadata": {"name": name, "uid": uid or name, "labels": {KIND_LABEL: kind},
+                         "annotations": annotations},
+            "spec": {"nodeName": node, "schedulerName": "hami-scheduler"}}
+
+
+def test_parse_allocated_reads_containers_and_cards():
+    assert parse_allocated("c0,Mthreads,16384,4:;c0,Mthreads,2048,1:;") == [
+        ("c0", 16384, 4), ("c0", 2048, 1)]
+    assert parse_allocated("a,Mthreads,49152,16:b,Mthreads,49152,16:;;") == [
+        ("a", 49152, 16), ("b", 49152, 16)]
+
+
+def test_a_full_fleet_within_capacity_has_no_problem():
+    pods = [bound("a", "n1", "n1-mthreads-0,Mthreads,32768,8:;"),
+            bound("b", "n1", "n1-mthreads-0,Mthreads,16384,8:;"),
+            bound("w", "n1", "n1-mthreads-1,Mthreads,49152,16:;", kind="whole")]
+    assert card_problems(pods, CAPS) == []
+
+
+def test_over_memory_over_cores_shared_exclusive_and_wrong_node_are_seen():
+    pods = [bound("a", "n1", "n1-mthreads-0,Mthreads,32768,12:;"),
+            bound("b", "n1", "n1-mthreads-0,Mthreads,32768,8:;"),
+            bound("w", "n1", "n1-mthreads-1,Mthreads,49152,16:;", kind="whole"),
+            bound("s", "n1", "n1-mthreads-1,Mthreads,2048,0:;"),
+            bound("x", "n2", "n1-mthreads-0,Mthreads,2048,0:;")]
+    text = "\n".join(card_problems(pods, CAPS))
+    assert "n1-mthreads-0: 67584 MiB allocated > 49152" in text
+    assert "n1-mthreads-0: 20 cores allocated > 16" in text
+    assert "n1-mthreads-1: held exclusively but shared by 2 pods" in text
+    assert "x: card n1-mthreads-0 is not on its node n2" in text
+
+
+def test_exclusive_pod_with_a_partial_card_or_too_few_cards_is_seen():
+    pods = [bound("w", "n1", "n1-mthreads-0,Mthreads,2048,16:;", kind="whole"),
+            bound("w2", "n1", "n1-mthreads-1,Mthreads,49152,16:;", kind="whole",
+                  **{"mthreads.com/request-gpu-num": "2"})]
+    text = "\n".join(card_problems(pods, CAPS))
+    assert "w: exclusive pod holds 2048 MiB/16 cores" in text
+    assert "w2: asked for 2 whole cards" in text
+
+
+def test_the_watch_sees_a_second_binding_a_changed_allocation_and_a_half_done_pod():
+    t = Tracker(kube=None, namespace="ns", caps=CAPS)
+    first = bound("a", "n1", "n1-mthreads-0,Mthreads,2048,1:;")
+    t._event("ADDED", first)
+    t._event("MODIFIED", bound("a", "n2", "n2-mthreads-0,Mthreads,2048,1:;"))
+    assert any("nodeName n1 -> n2" in v for v in t.violations)
+    assert any("allocation changed" in v for v in t.violations)
+    half = bound("h", "n1", "n1-mthreads-1,Mthreads,2048,1:;")
+    del half["spec"]["nodeName"]
+    t._event("ADDED", half)
+    assert any("h: allocation" in v and "without a node" in v for v in t.violations)
+    plain = {"metadata": {"name": "p", "uid": "p"}, "spec": {"schedulerName": "default-scheduler"}}
+    t._event("ADDED", plain)
+    assert any("p: stored without the webhook's mutation" in v for v in t.violations)
+
+
+def test_the_watch_checks_the_cards_at_every_binding():
+    t = Tracker(kube=None, namespace="ns", caps=CAPS)
+    t._event("ADDED", bound("a", "n1", "n1-mthreads-0,Mthreads,40960,8:;"))
+    assert t.violations == []
+    t._event("ADDED", bound("b", "n1", "n1-mthreads-0,Mthreads,16384,8:;"))
+    assert t.violations == ["watch: n1-mthreads-0: 57344 MiB allocated > 49152"]
+    t._event("DELETED", bound("a", "n1", "n1-mthreads-0,Mthreads,40960,8:;"))
+    t._event("ADDED", bound("c", "n1", "n1-mthreads-0,Mthreads,2048,0:;"))
+    assert len(t.violations) == 1  # a's share is gone, b + c fit
