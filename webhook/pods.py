@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from enum import Enum
 from typing import Any, Iterator
 
@@ -59,19 +60,19 @@ class PodRequest:
     model: str | None  # the mthreads.com/card-model the pod names
     models: tuple[CardModel, ...]  # the models whose cards can serve the pod
 
-    @property
+    @cached_property  # read several times per review
     def kind(self) -> Kind:
         kinds = {a.kind for a in self.asks}
         return Kind.SLICE if Kind.SLICE in kinds else Kind.WHOLE if Kind.WHOLE in kinds else Kind.NONE
 
-    @property
+    @cached_property  # read several times per review
     def cards(self) -> int:
         """How many cards the pod holds: one for slices (they share it), else the sum."""
         if self.kind is Kind.SLICE:
             return 1
         return sum(a.cards for a in self.asks)
 
-    @property
+    @cached_property  # read several times per review
     def slices(self) -> tuple[ContainerAsk, ...]:
         return tuple(a for a in self.asks if a.kind is Kind.SLICE)
 
