@@ -20,6 +20,11 @@ ALLOCATOR_USER = "system:serviceaccount:kube-system:mthreads-allocator"
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Not the manifests' name: applying manifests/base (tests/cluster/test_install.py) must not
+# narrow what these tests' allocator may do (leases in any namespace).
+TEST_ROLE = "mthreads-allocator-tests"
+
+
 def grant_allocator_rbac(api_client) -> None:
     rbac = k.RbacAuthorizationV1Api(api_client)
     rules = [
@@ -32,11 +37,11 @@ def grant_allocator_rbac(api_client) -> None:
          "verbs": ["get", "create", "update"]},
     ]
     try:
-        rbac.create_cluster_role({"metadata": {"name": "mthreads-allocator"}, "rules": rules})
+        rbac.create_cluster_role({"metadata": {"name": TEST_ROLE}, "rules": rules})
         rbac.create_cluster_role_binding({
-            "metadata": {"name": "mthreads-allocator"},
+            "metadata": {"name": TEST_ROLE},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": "mthreads-allocator"},
+                        "name": TEST_ROLE},
             "subjects": [{"kind": "User", "name": ALLOCATOR_USER}]})
     except k.ApiException as e:
         if e.status != 409:

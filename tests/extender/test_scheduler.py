@@ -161,7 +161,9 @@ def test_invariants_hold_under_a_few_hundred_pods(stack, admin, fleet, namespace
     mem = sum(t[0] for t in totals.values()) / sum(caps.values())
     print(f"\nload: {n_bound}/{len(pods)} pods bound, {held}/{len(caps)} cards in use, "
           f"{mem:.0%} of the memory allocated")
-    assert held == len(caps) and mem > 0.6, (held, mem)  # the fleet is full, not idle
+    # The fleet is loaded, not idle (so the check above had something to check). Not every card:
+    # a pod whose bind lost a race waits for kube-scheduler's 60 s retry (docs/extender.md).
+    assert held >= len(caps) * 3 // 4 and mem > 0.6, (held, mem)
     # free a third and add more: the pending ones and the new ones fill the room again
     core = k.CoreV1Api(admin)
     gone = rng.sample([p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")], n_bound // 3)
