@@ -19,6 +19,9 @@ from .config import MthreadsConfig
 
 VENDOR_WHOLE_GPU = "mthreads.com/gpu"  # the vendor plugin's own whole-card resource
 MAX_QUANTITY = 2**31 - 1
+# A pod's cards are on one node, and no node holds more: this bounds the patch and the
+# annotation the webhook writes (one entry per card) however large a count a user types.
+MAX_CARDS_PER_POD = 64
 _PLAIN_INTEGER = re.compile(r"[1-9][0-9]{0,9}")
 
 
@@ -150,7 +153,7 @@ def card_model(pod: dict, fleet: Fleet) -> str | None:
     if not isinstance(ann, dict) or keys.CARD_MODEL not in ann:
         return None
     model = ann[keys.CARD_MODEL]
-    if model not in fleet.by_name:
+    if not isinstance(model, str) or model not in fleet.by_name:
         raise InvalidRequest(11, f"annotation {keys.CARD_MODEL}={model!r} names no configured card "
                                  f"model; configured: {', '.join(fleet.by_name)}")
     return model
@@ -183,6 +186,9 @@ def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
                                 f"{count_r}, {mem_r} or {core_r}")
     if count is None and memory is None and cores is None:
         return ContainerAsk(name, init, index, Kind.NONE)
+    if count is not None and count > MAX_CARDS_PER_POD:
+        raise InvalidRequest(4, f"{who}: {count_r}={count} asks for more cards than one pod may "
+                                f"hold (at most {MAX_CARDS_PER_POD}: a pod's cards are on one node)")
     if count is None:
         given = mem_r if memory is not None else core_r
         raise InvalidRequest(4, f"{who}: {given} is set without {count_r}; "
@@ -262,6 +268,10 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
 
 def _whole_model(request: PodRequest, fleet: Fleet, allowed: tuple[CardModel, ...]) -> CardModel:
     """The one model all whole-card asks of the pod take (rule 7: one pod, one model)."""
+    if request.cards > MAX_CARDS_PER_POD:
+        raise InvalidRequest(4, f"the containers ask for {request.cards} cards together, more than "
+                                f"one pod may hold (at most {MAX_CARDS_PER_POD}: a pod's cards "
+                                f"are on one node)")
     written = {a.memory for a in request.asks if a.kind is Kind.WHOLE and a.memory is not None}
     if len(written) > 1:
         raise InvalidRequest(7, "the containers ask for whole cards of different models "

@@ -223,3 +223,19 @@ def test_update_rule_10(new, user, denied):
 def test_update_ignores_resources():
     """A pod's resources cannot change after creation: UPDATE checks rule 10 only."""
     check_update(pod(c("train", 1, 3)), pod(c("train", 1, 3)), rules(), "alice")
+
+
+@pytest.mark.parametrize("p, words", [
+    (pod(c("train", 65)), ["mthreads.com/vgpu=65 asks for more cards than one pod may hold", "at most 64"]),
+    (pod(c("train", "2147483647")), ["=2147483647 asks for more cards"]),
+    (pod(c("a", 40), c("b", 40)), ["ask for 80 cards together"]),
+])
+def test_card_count_is_bounded(p, words):
+    e = denial(p)
+    assert e.rule == 4
+    for w in words:
+        assert w in e.message
+
+
+def test_64_whole_cards_are_allowed():
+    assert check_create(pod(c("a", 32), c("b", 32)), rules(), "alice").cards == 64

@@ -36,6 +36,8 @@ def decode(body: bytes) -> Review:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as e:
         raise BadReview(f"body is not JSON: {e}") from None
+    except RecursionError:
+        raise BadReview("body is nested too deeply to be an AdmissionReview") from None
     if not isinstance(data, dict):
         raise BadReview("body is not a JSON object")
     if data.get("kind") != "AdmissionReview":
