@@ -1,0 +1,150 @@
+"""Sockets for the limit tests: raw TLS exchanges, slow clients, timed requests.
+
+Every client here is bounded: it stops by itself after a fixed number of bytes or seconds,
+and `close()` stops it at once. Everything connects to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+
+import requests
+
+from tests.builders import container as c, pod, review
+
+VALIDATE_BODY = json.dumps(review(pod(c("train", 1, 32, 8)))).encode()
+
+
+def context(server) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=server.ca)
+
+
+def connect_tls(server, timeout: float = 10) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    return context(server).wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def client_hello(server) -> bytes:
+    """The bytes of a TLS ClientHello for the server, made with memory BIOs."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = context(server).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def request_bytes(path: str = "/validate", body: bytes = VALIDATE_BODY, extra: bytes = b"") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body
+
+
+def read_answer(sock, limit: float = 10) -> tuple[int | None, bytes]:
+    """(status, raw) of one whole HTTP answer (head and Content-Length body), None for the
+    status if the server closed or went quiet without one."""
+    sock.settimeout(limit)
+    data = b""
+    try:
+        while True:
+            head, sep, rest = data.partition(b"\r\n\r\n")
+            if sep:
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                if len(rest) >= length:
+                    break
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (TimeoutError, ConnectionResetError, BrokenPipeError, ssl.SSLError):
+        pass
+    if not data.startswith(b"HTTP/"):
+        return None, data
+    return int(data.split(b" ", 2)[1]), data
+
+
+def answer_json(raw: bytes):
+    return json.loads(raw.partition(b"\r\n\r\n")[2] or b"null")
+
+
+def timed_post(server, timeout: float, path: str = "/validate",
+               body: bytes = VALIDATE_BODY) -> tuple[int | str, float]:
+    """One POST on a new connection: (status or the error, seconds taken)."""
+    session = requests.Session()
+    session.trust_env = False
+    session.verify = server.ca
+    started = time.monotonic()
+    try:
+        resp = session.post(f"{server.url}{path}", data=body, timeout=timeout,
+                            headers={"Content-Type": "application/json"})
+        return resp.status_code, time.monotonic() - started
+    except requests.RequestException as e:
+        return type(e).__name__, time.monotonic() - started
+    finally:
+        session.close()
+
+
+class SlowClients:
+    """`count` connections that each send `payload` one byte every `interval` seconds.
+
+    mode: "idle" connects and sends nothing; "handshake" dribbles the TLS ClientHello;
+    "headers" completes TLS and dribbles the request head; "body" sends the head at once and
+    dribbles the body. Stops after `max_seconds` or on close().
+    """
+
+    def __init__(self, server, mode: str, count: int, interval: float = 1.0,
+                 max_seconds: float = 60.0):
+        self.server, self.mode, self.count = server, mode, count
+        self.interval, self.max_seconds = interval, max_seconds
+        self.socks: list = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "SlowClients":
+        for _ in range(self.count):
+            raw = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            if self.mode in ("headers", "body"):
+                raw = context(self.server).wrap_socket(raw, server_hostname="127.0.0.1")
+            self.socks.append(raw)
+        if self.mode == "handshake":
+            payload = client_hello(self.server)[:-1]  # never quite complete
+        elif self.mode == "headers":
+            payload = request_bytes()[:-len(VALIDATE_BODY) - 1]
+        elif self.mode == "body":
+            for s in self.socks:
+                s.sendall(request_bytes()[:-len(VALIDATE_BODY)])
+            payload = VALIDATE_BODY[:-1]
+        else:
+            payload = b""
+        self._thread = threading.Thread(target=self._dribble, args=(payload,), daemon=True)
+        self._thread.start()
+        return self
+
+    def _dribble(self, payload: bytes) -> None:
+        deadline = time.monotonic() + self.max_seconds
+        for i in range(len(payload)):
+            if self._stop.wait(self.interval) or time.monotonic() > deadline:
+                return
+            for s in self.socks:
+                try:
+                    s.send(payload[i:i + 1])
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+        for s in self.socks:
+            try:
+                s.close()
+            except OSError:
+                pass
