@@ -1,6 +1,6 @@
 import pytest
 
-from tests.harness.kube import ADMIN, make_fake_node
+from tests.harness.kube import ADMIN, FakeFleet
 
 from .kubetools import AllocatorProcess, ensure_namespace, grant_allocator_rbac
 
@@ -42,26 +42,10 @@ def start_allocator(kube_cluster, admin, tmp_path):
 @pytest.fixture
 def fleet(admin, request):
     """Make fake nodes for one test (unique names) and delete them afterwards."""
-    import kubernetes.client as k
-    made: list[str] = []
     tag = request.node.name.split("[")[0].replace("_", "-")[-20:].strip("-")
-
-    def make(cards: int, units: int, count: int = 1, **kw) -> list[str]:
-        names = []
-        for _ in range(count):
-            name = f"{tag}-{len(made)}"
-            make_fake_node(admin, name, cards, units, **kw)
-            made.append(name)
-            names.append(name)
-        return names
-
-    yield make
-    core = k.CoreV1Api(admin)
-    for name in made:
-        try:
-            core.delete_node(name)
-        except k.ApiException:
-            pass
+    made = FakeFleet(admin, tag)
+    yield made
+    made.delete()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import kubernetes.client as k
 import pytest
 
 from tests.allocator.kubetools import ALLOCATOR_USER, ensure_namespace, grant_allocator_rbac, wait_for
-from tests.harness.kube import ADMIN, make_fake_node
+from tests.harness.kube import ADMIN, FakeFleet
 
 from .stack import start_stack
 
@@ -33,28 +33,13 @@ def stack(kube_cluster, admin, tmp_path_factory):
 
 
 @pytest.fixture
-def fleet(admin, request):
+def fleet(admin):
     """Fake nodes labelled for this test only (pods select them); deleted afterwards."""
-    made: list[str] = []
     tag = f"x{uuid.uuid4().hex[:6]}"
-
-    def make(cards: int, units: int, count: int = 1, **kw) -> list[str]:
-        names = []
-        for _ in range(count):
-            name = f"{tag}-{len(made)}"
-            make_fake_node(admin, name, cards, units, labels={"extender-test": tag}, **kw)
-            made.append(name)
-            names.append(name)
-        return names
-
-    make.selector = {"extender-test": tag}
-    yield make
-    core = k.CoreV1Api(admin)
-    for name in made:
-        try:
-            core.delete_node(name)
-        except k.ApiException:
-            pass
+    made = FakeFleet(admin, tag, labels={"extender-test": tag})
+    made.selector = {"extender-test": tag}
+    yield made
+    made.delete()
 
 
 @pytest.fixture

@@ -393,3 +393,30 @@ def set_node_ready(
     """Flip a fake node's Ready condition (a merge patch replaces the conditions list)."""
     core = kubernetes.client.CoreV1Api(api_client)
     return core.patch_node_status(name, {"status": {"conditions": [_ready_condition(ready)]}})
+
+
+class FakeFleet:
+    """Fake nodes for one test, named `<tag>-<n>`; `delete()` removes them afterwards."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, tag: str,
+                 labels: dict[str, str] | None = None):
+        self.api_client, self.tag, self.labels = api_client, tag, labels or {}
+        self.made: list[str] = []
+
+    def __call__(self, cards: int, units: int, count: int = 1, **kw) -> list[str]:
+        names = []
+        for _ in range(count):
+            name = f"{self.tag}-{len(self.made)}"
+            labels = {**self.labels, **(kw.pop("labels", None) or {})}
+            make_fake_node(self.api_client, name, cards, units, labels=labels, **kw)
+            self.made.append(name)
+            names.append(name)
+        return names
+
+    def delete(self) -> None:
+        core = kubernetes.client.CoreV1Api(self.api_client)
+        for name in self.made:
+            try:
+                core.delete_node(name)
+            except kubernetes.client.ApiException:
+                pass

@@ -10,7 +10,6 @@ from __future__ import annotations
 from .. import annotations as keys
 from ..config import Config
 from ..pods import Kind
-from .card_fit import fraction_used
 from .state import ClusterState, NodeInfo
 
 POLICIES = ("binpack", "spread")
@@ -28,8 +27,7 @@ def policies(pod: dict, config: Config) -> tuple[str, str]:
 def node_used(info: NodeInfo, state: ClusterState, kind: Kind) -> float:
     """How busy a node is, 0..1: its cards for an Mthreads pod, cpu and memory for others."""
     if kind is not Kind.NONE and info.cards.cards:
-        cards = info.cards.cards
-        return sum(fraction_used(c, state.card(c.id)) for c in cards) / len(cards)
+        return state.room[info.name].used  # kept up to date by the state on every change
     alloc, used = info.allocatable, state.requested_on(info.name)
     parts = [used.cpu_milli / alloc.cpu_milli if alloc.cpu_milli else 0.0,
              used.memory_bytes / alloc.memory_bytes if alloc.memory_bytes else 0.0]
