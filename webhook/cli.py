@@ -9,6 +9,16 @@ import sys
 from .config import ConfigError, load_config
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mthreads-webhook",
                                 description="Mthreads GPU sharing for Kubernetes")
@@ -19,8 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--bind", default="0.0.0.0:8443", help="HOST:PORT (default %(default)s)")
     s.add_argument("--cert-file", default="certs/tls.crt")
     s.add_argument("--key-file", default="certs/tls.key")
-    s.add_argument("--workers", type=int, default=1, help="processes (default %(default)s)")
-    s.add_argument("--threads", type=int, default=4, help="threads per worker (default %(default)s)")
+    s.add_argument("--workers", type=_positive, default=1, help="processes (default %(default)s)")
+    s.add_argument("--threads", type=_positive, default=4, help="threads per worker (default %(default)s)")
     s.add_argument("--keepalive", type=int, default=120,
                    help="seconds an idle connection stays open (default %(default)s)")
     s.add_argument("--access-log", action="store_true", help="log every request")
@@ -37,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--kubeconfig", help="default: in-cluster config")
     a.add_argument("--namespace", help="namespace of the Lease (default: the pod's, else kube-system)")
     a.add_argument("--metrics-bind", default="0.0.0.0:9090", help="HOST:PORT for /metrics, /healthz")
+    a.add_argument("--bind-threads", type=_positive,
+                   help="pods/binding writes sent at once (default: binder.DEFAULT_THREADS, 32)")
 
     e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
     e.add_argument("--config")
@@ -83,7 +95,8 @@ def _certs(args) -> int:
 
 def _allocate(args) -> int:
     from .allocator.main import run
-    return run(load_config(args.config), args.kubeconfig, args.namespace, args.metrics_bind)
+    return run(load_config(args.config), args.kubeconfig, args.namespace, args.metrics_bind,
+               args.bind_threads)
 
 
 def _extender(args) -> int:

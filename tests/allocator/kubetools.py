@@ -59,9 +59,11 @@ def ensure_namespace(api_client, name: str) -> None:
 class AllocatorProcess:
     """`python -m webhook.allocator` as a real subprocess, stopped by its PID."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, config: Path | None = None):
+    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, config: Path | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.args = [sys.executable, "-m", "webhook.allocator", "--kubeconfig", str(kubeconfig),
-                     "--namespace", namespace, "--metrics-bind", f"127.0.0.1:{free_ports(1)[0]}"]
+                     "--namespace", namespace, "--metrics-bind", f"127.0.0.1:{free_ports(1)[0]}",
+                     *extra_args]
         if config:
             self.args += ["--config", str(config)]
         self.metrics_url = "http://" + self.args[self.args.index("--metrics-bind") + 1]

@@ -113,3 +113,45 @@ def test_deleting_a_pod_frees_its_share(admin, fleet, namespace, start_allocator
     assert not bound(admin, namespace, "s3")
     k.CoreV1Api(admin).delete_namespaced_pod("s1", namespace, grace_period_seconds=0)
     wait_for(lambda: bound(admin, namespace, "s3"), 30, what="s3 bound after delete")
+
+
+def test_a_refused_binding_gives_its_cards_back(admin, kube_cluster, fleet, namespace, tmp_path):
+    """The share is assumed when the write is sent; a refused write must hand it back, or the
+    pod (which needs the node's only card whole) would never fit again."""
+    from tests.harness.kube import ALICE
+    from .kubetools import TEST_ROLE, AllocatorProcess, ensure_namespace
+    rbac = k.RbacAuthorizationV1Api(admin)
+    role = rbac.read_cluster_role(TEST_ROLE)
+    no_binding = [r for r in role.rules if "pods/binding" not in r.resources]
+    name = "alloc-tests-without-binding"
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": no_binding})
+    subject = [{"kind": "User", "name": ALICE}]
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+    rbac.create_cluster_role_binding({"metadata": {"name": name}, "roleRef": ref, "subjects": subject})
+    lease_ns = "mthreads-refused"
+    ensure_namespace(admin, lease_ns)
+    node, = fleet(1, 96)
+    config = tmp_path / "config.yaml"
+    config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
+    alloc = AllocatorProcess(kube_cluster.kubeconfig(ALICE), lease_ns, tmp_path / "alice.log",
+                             config).start()
+    try:
+        create(admin, namespace, pod(whole(1, 96, name="a"), name="whole"))
+        wait_for(lambda: alloc.log().count(f"bind {namespace}/whole: 403") >= 2, 30,
+                 what="two refused bindings")
+        assert not bound(admin, namespace, "whole")
+        binder_role = {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}
+        rbac.create_namespaced_role(namespace, {"metadata": {"name": "bind"}, "rules": [binder_role]})
+        rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": "bind"}, "subjects": subject,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bind"}})
+        p = wait_for(lambda: bound(admin, namespace, "whole"), 30, what="bound once allowed")
+        assert p["spec"]["nodeName"] == node
+        card = f"{node}-mthreads-0"
+        totals = check_capacity(list_pods(admin, namespace), {card: 49152})
+        assert totals[card][2] == 1
+    finally:
+        alloc.terminate(timeout=10)
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+        print("--- alice.log (tail) ---\n" + "\n".join(alloc.log().splitlines()[-20:]))

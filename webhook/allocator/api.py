@@ -33,11 +33,16 @@ class ApiError(Exception):
     """The API server could not be reached (connection refused, timeout, TLS...)."""
 
 
-def make_api_client(kubeconfig: str | None) -> client.ApiClient:
+def make_api_client(kubeconfig: str | None, connections: int = 10) -> client.ApiClient:
+    """`connections`: kept open at once; a thread that finds none free opens (and drops) one."""
+    cfg = client.Configuration()
     if kubeconfig:
-        return kube_config.new_client_from_config(config_file=kubeconfig)
-    kube_config.load_incluster_config()
-    return client.ApiClient()
+        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg,
+                                     persist_config=False)
+    else:
+        kube_config.load_incluster_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = connections
+    return client.ApiClient(configuration=cfg)
 
 
 class Api:

@@ -2,8 +2,10 @@
 
 Only the Lease holder runs a session (watches + decisions). Every session starts from a
 fresh list of nodes and pods, so usage is rebuilt from the bound pods' annotations before
-anything is decided; shares of pods we bound but the watch has not shown bound yet are
-kept ("assumed") until the pod is seen bound or gone, so nothing is handed out twice.
+anything is decided; shares of pods we bound, or are binding, but the watch has not shown
+bound yet are kept ("assumed") until the pod is seen bound or gone, so nothing is handed
+out twice. The writes themselves run in a small pool (binder.py); their outcomes come back
+through the same queue as the watch events.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import queue
 import threading
 import time
 
+from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..pods import InvalidRequest, is_mthreads_pod, read_request, resource_names
 from . import reasons
 from .api import Api, ApiError
+from .binder import EVENT_KIND as BIND_OUTCOME, BindOutcome, Binder
 from .binding import binding_body
 from .decide import NoFit, Placement, decide
 from .informer import Informer
@@ -45,12 +49,13 @@ def _key(pod: dict) -> str:
 
 class Allocator:
     def __init__(self, config: Config, api: Api, leader: LeaderElector, metrics: Metrics,
-                 identity: str):
+                 identity: str, bind_threads: int):
         self.config, self.api, self.leader, self.metrics = config, api, leader, metrics
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
         self.names = resource_names(config.mthreads)
         self.reporter = Reporter(api, config.scheduler_name, identity)
         self.events: queue.Queue = queue.Queue()
+        self.binder = Binder(api, self.events, leader.holds, bind_threads)
         self.session = 0
         self.informers: list[Informer] = []
         self.stop = threading.Event()
@@ -60,7 +65,7 @@ class Allocator:
     def _reset(self) -> None:
         self.state = ClusterState(self.config.mthreads)
         self.pending: dict[str, dict] = {}
-        self.assumed: dict[str, PodShare] = {}  # bound by us, not yet seen bound
+        self.assumed: dict[str, PodShare] = {}  # bound or being bound by us, not yet seen bound
         self.uncertain: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): bind outcome unknown
         self.retry: dict[str, tuple[int, float]] = {}  # uid -> (generation, monotonic) of last try
         self.warned: set[str] = set()
@@ -89,9 +94,13 @@ class Allocator:
 
     # events
     def _apply(self, session: int, kind: str, event: str, obj) -> None:
+        if kind == BIND_OUTCOME:
+            self.binder.applied()
         if session != self.session:
             return  # from a session that ended
-        if kind == "node":
+        if kind == BIND_OUTCOME:
+            self._bind_outcome(obj)
+        elif kind == "node":
             self.state.node_event(event, obj)
         elif event == "RESET":
             self._relist_pods(obj)
@@ -178,7 +187,7 @@ class Allocator:
         return generation != self.state.generation or now - at >= RETRY_BACKSTOP
 
     def schedule_pass(self) -> int:
-        """Try every pending pod that is due; returns the number bound."""
+        """Try every pending pod that is due; returns the number of bindings sent."""
         self._resolve_uncertain()
         bound = 0
         now = time.monotonic()
@@ -188,9 +197,13 @@ class Allocator:
             uid = _uid(pod)
             if uid not in self.pending or not self._due(uid, now):
                 continue
-            if not self.leader.holds():
+            while self.binder.full and not self.stop.is_set():
+                self._drain(0.5)  # wait for a write to finish
+            if not self.leader.holds() or self.stop.is_set():
                 break
-            bound += self.attempt(pod)
+            if uid not in self.pending:  # gone or changed while we waited
+                continue
+            bound += self.attempt(self.pending[uid])
             self._drain(0)  # keep the state current between decisions
         return bound
 
@@ -218,37 +231,42 @@ class Allocator:
         return self.bind(pod, result, request is not None)
 
     def bind(self, pod: dict, p: Placement, mthreads: bool) -> int:
+        """Assume the share now, so the next decision sees it, and send the write."""
         meta = pod["metadata"]
         uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
-        if not self.leader.holds():  # the lease must still be ours at the moment we write
+        if not self.leader.holds():
             return 0
         body = binding_body(ns, name, uid, p, time.time_ns(), with_annotations=mthreads)
-        t0 = time.perf_counter()
-        try:
-            reply = self.api.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", body=body)
-        except ApiError as e:
+        self._assume(uid, p.share)
+        self.binder.submit(self.session, pod, p, body)
+        return 1
+
+    def _bind_outcome(self, o: BindOutcome) -> None:
+        meta = o.body["metadata"]
+        uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
+        if o.status is None:
             # we do not know whether it happened: hold the share until a read tells us
-            self._assume(uid, p.share)
             self.uncertain[uid] = (ns, name)
             log.warning("bind %s/%s: %s; outcome unknown, holding its cards until re-read",
-                        ns, name, e)
-            return 0
-        self.metrics.bind_seconds.observe(time.perf_counter() - t0)
-        if reply.ok:
-            self._assume(uid, p.share)
+                        ns, name, o.message)
+            return
+        self.metrics.bind_seconds.observe(o.seconds)
+        if o.ok:
             self.metrics.allocated.inc()
             self.reporter.forget(uid)
-            devices = body["metadata"].get("annotations", {}).get(
-                "hami.io/mthreads-vgpu-devices-allocated", "-")
-            log.info("bound %s/%s to %s: %s", ns, name, p.node, devices)
-            return 1
-        if reply.status == 409 or reply.status == 404:
-            log.info("bind %s/%s: %s; re-reading it", ns, name, reply.message())
+            devices = meta.get("annotations", {}).get(keys.ALLOCATED, "-")
+            log.info("bound %s/%s to %s: %s", ns, name, o.placement.node, devices)
+            return
+        if o.status in (404, 409):
+            log.info("bind %s/%s: %s; re-reading it", ns, name, o.message)
             self._reread(uid, ns, name)
-        else:
-            log.warning("bind %s/%s: %s", ns, name, reply.message())
+            return
+        log.warning("bind %s/%s: %s", ns, name, o.message)
+        if uid in self.assumed:  # not seen bound or gone meanwhile: give the share back
+            self.assumed.pop(uid)
+            self.state.remove(uid)
+            self.pending[uid] = o.pod
             self.retry[uid] = (-1, time.monotonic())
-        return 0
 
     def _assume(self, uid: str, share: PodShare) -> None:
         self.pending.pop(uid, None)
@@ -310,3 +328,4 @@ class Allocator:
                     self.update_gauges()
                     last_gauges = time.monotonic()
         self._end_session()
+        self.binder.shutdown()

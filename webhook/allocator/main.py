@@ -12,6 +12,7 @@ import uuid
 
 from ..config import Config
 from .api import Api, make_api_client
+from .binder import DEFAULT_THREADS
 from .leader import LeaderElector
 from .loop import Allocator
 from .metrics import Metrics, serve
@@ -36,13 +37,16 @@ def identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
-def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_bind: str) -> int:
-    api = Api(make_api_client(kubeconfig))
+def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_bind: str,
+        bind_threads: int | None = None) -> int:
+    bind_threads = bind_threads or DEFAULT_THREADS
+    # the binder's threads, two watches, the Lease and the reporter each hold a connection
+    api = Api(make_api_client(kubeconfig, connections=bind_threads + 4))
     me = identity()
     ns = lease_namespace(namespace)
     metrics = Metrics()
     leader = LeaderElector(api, ns, me)
-    allocator = Allocator(config, api, leader, metrics, me)
+    allocator = Allocator(config, api, leader, metrics, me, bind_threads)
     server = serve(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()

@@ -1,0 +1,75 @@
+"""The pods/binding writes, a few at a time, off the decision thread.
+
+A binding's round trip is most of what placing a pod costs, and the API server takes
+several at once; so the decision thread assumes the share, hands the write to this pool
+and goes on deciding. Each outcome comes back through the loop's event queue, so only
+the decision thread ever touches the state (it rolls a refused write back there).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+from .api import Api, ApiError
+from .decide import Placement
+
+DEFAULT_THREADS = 32
+EVENT_KIND = "bind"  # the kind of the queue items this posts
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    pod: dict  # as it was decided, to put back in the queue if the write is refused
+    placement: Placement
+    body: dict
+    status: int | None  # None: the API server was not reached, the write may have happened
+    message: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+class Binder:
+    def __init__(self, api: Api, events: queue.Queue, holds_lease: Callable[[], bool],
+                 threads: int = DEFAULT_THREADS):
+        self.api, self.events, self.holds_lease = api, events, holds_lease
+        self.threads = threads
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="bind")
+        self.in_flight = 0  # the decision thread's count: submitted, outcome not yet applied
+
+    @property
+    def full(self) -> bool:
+        # a little queued work keeps every thread busy; more would only age the decisions
+        return self.in_flight >= 2 * self.threads
+
+    def submit(self, session: int, pod: dict, placement: Placement, body: dict) -> None:
+        self.in_flight += 1
+        self.pool.submit(self._write, session, pod, placement, body)
+
+    def applied(self) -> None:
+        self.in_flight -= 1
+
+    def _write(self, session: int, pod: dict, placement: Placement, body: dict) -> None:
+        meta = body["metadata"]
+        t0 = time.perf_counter()
+        if not self.holds_lease():  # the lease must still be ours at the moment we write
+            status, message = 0, "not written: the lease was lost"
+        else:
+            try:
+                reply = self.api.call(
+                    "POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                    body=body)
+                status, message = reply.status, reply.message()
+            except ApiError as e:
+                status, message = None, str(e)
+        outcome = BindOutcome(pod, placement, body, status, message, time.perf_counter() - t0)
+        self.events.put((session, EVENT_KIND, "DONE", outcome))
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
