@@ -236,8 +236,8 @@ def full_scan(p, request, state, config):
 @pytest.mark.parametrize("node_policy, gpu_policy", [("binpack", "spread"), ("spread", "binpack"),
                                                      ("binpack", "binpack"), ("spread", "spread")])
 def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_policy):
-    """decide() tries nodes in the policy's order and stops at the first fit; over a random fill,
-    every choice is the one a scan of all nodes makes."""
+    """decide() tries nodes in the policy's order and stops at the first fit; over a random fill
+    with some pods leaving again, every choice is the one a scan of all nodes makes."""
     import random
     rng = random.Random(7)
     config = Config(mthreads=MT, allocator=AllocatorConfig(node_policy=node_policy, gpu_policy=gpu_policy))
@@ -245,7 +245,10 @@ def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_po
     for i in range(12):
         state.set_node(mt_node(f"n{i}", rng.choice([2, 4]), rng.choice([96, 160])))
     placed = refused = 0
+    held = []
     for _ in range(250):
+        if held and rng.random() < 0.15:
+            state.remove(held.pop(rng.randrange(len(held))))
         c = rng.choice([slice_(rng.choice([2, 8, 16, 32, 64]), rng.choice([None, 2, 4, 8])),
                         slice_(rng.choice([96, 128])), whole(rng.choice([1, 2]), rng.choice([96, 160]))])
         p = pod(c)
@@ -259,5 +262,6 @@ def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_po
         assert isinstance(result, Placement)
         assert (result.node, tuple(dict.fromkeys(d.card for ds in result.devices for d in ds))) == expected
         state.add(result.share)
+        held.append(result.share.uid)
         placed += 1
     assert placed >= 30 and refused >= 30  # the fleet filled up: both paths were taken

@@ -70,6 +70,31 @@ def test_changed_share_replaces_the_old_one():
     assert state.card("n-mthreads-0").idle and state.card("n-mthreads-1").memory_mib == 2048
 
 
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+@pytest.mark.parametrize("least_mib, least_cores", [(0, 0), (1, 1), (2048, 2), (4096, 0), (8192, 4),
+                                                    (40000, 1), (49152, 16), (81920, 16), (90000, 1)])
+def test_in_order_yields_every_node_with_room_once_in_policy_order(policy, least_mib, least_cores):
+    import random
+    rng = random.Random(least_mib * 31 + least_cores)
+    state = ClusterState(MT)
+    for i in range(10):
+        state.set_node(mt_node(f"n{i}", 4, rng.choice([96, 160])))
+    for i in range(60):  # random slices, each on a random card with room for it
+        node, card = f"n{rng.randrange(10)}", rng.randrange(4)
+        mib, cores = rng.choice([1024, 4096, 16384]), rng.choice([0, 1, 4, 8])
+        cid = f"{node}-mthreads-{card}"
+        u, cap = state.card(cid), state.nodes[node].cards.cards[card].memory_mib
+        if u.memory_mib + mib <= cap and u.cores + cores <= 16:
+            state.add(share_of(bound(f"{cid},Mthreads,{mib},{cores}:;", node=node, uid=f"u{i}")))
+    got = list(state.in_order(policy, least_mib, least_cores))
+    assert len(got) == len(set(got))
+    fits = {n for n, room in state.room.items()
+            if any(m >= least_mib and c >= least_cores for m, c in room.free)}
+    assert fits <= set(got)  # the buckets may let a few more through, never keep one out
+    sign = -1 if policy == "binpack" else 1
+    assert got == sorted(got, key=lambda n: (sign * state.room[n].used, n))
+
+
 def test_usage_of_cards_of_unseen_nodes_waits_for_the_node():
     state = ClusterState(MT)
     state.add(share_of(bound("late-mthreads-0,Mthreads,4096,2:;", node="late")))

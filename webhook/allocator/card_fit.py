@@ -94,11 +94,18 @@ def fit_cards(need: CardNeed, node: NodeCards, usage: Usage, node_held_whole: bo
     return None, (best,)
 
 
+def least_card(need: CardNeed) -> tuple[int, int]:
+    """(free MiB, free cores) that a card must at least have to serve the need."""
+    if need.kind is Kind.WHOLE:  # an idle card of the smallest model the pod may take
+        return min(need.model_units, default=0) * UNIT_MIB, CORES_PER_CARD
+    return need.memory_mib, max(need.cores, 1 if need.any_coreless else 0)
+
+
 def may_fit(need: CardNeed, room: NodeRoom) -> bool:
     """False only when no card of the node can serve the need: a cheap first look."""
     if room.models.isdisjoint(need.model_units):
         return False
     if need.kind is Kind.WHOLE:
         return room.idle >= need.cards
-    least_cores = max(need.cores, 1 if need.any_coreless else 0)
-    return any(mib >= need.memory_mib and cores >= least_cores for mib, cores in room.free)
+    least_mib, least_cores = least_card(need)
+    return any(mib >= least_mib and cores >= least_cores for mib, cores in room.free)

@@ -14,7 +14,7 @@ from ..config import Config
 from ..hami import Device
 from ..pods import Kind, PodRequest
 from . import reasons
-from .card_fit import card_ids, fit_cards, may_fit, need_of
+from .card_fit import card_ids, fit_cards, least_card, may_fit, need_of
 from .inventory import Card
 from .node_fit import node_reason
 from .resources import pod_requests
@@ -74,8 +74,7 @@ def _first_fit(pod, request, spec, wants, need, state: ClusterState, node_policy
                gpu_policy: str) -> Placement | None:
     """The nodes in the node policy's order: the first that fits is the one best_node picks,
     so most decisions read a few nodes instead of all of them."""
-    order = state.binpack_order if node_policy == "binpack" else state.spread_order
-    for _, name in order:
+    for name in state.in_order(node_policy, *least_card(need)):
         if not may_fit(need, state.room[name]) or state.node_held_whole(name):
             continue
         info = state.nodes[name]

@@ -6,7 +6,9 @@ that confirms it) or removing it twice changes nothing.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from sortedcontainers import SortedList
 
@@ -63,24 +65,43 @@ class ClusterState:
         # Bumped whenever room may have appeared (a share freed, a node added or changed):
         # pods that did not fit are retried only then.
         self.generation = 0
-        # Nodes with cards in the order the node policies try them: (used, name) for spread,
-        # (-used, name) for binpack; the first that fits is the one the policy picks.
+        # Nodes with a card left to share, in the order the node policies try them: (used, name)
+        # for spread, (-used, name) for binpack; the first that fits is the one the policy picks.
+        # One list per kind of free card: (free MiB's bit_length, free cores), a node in each
+        # list one of its shareable cards falls in; so a request looks only at nodes with a
+        # card that may hold it, and skips the many whose cards are too full late in a fill.
         self.room: dict[str, NodeRoom] = {}
-        self.spread_order: SortedList = SortedList()
-        self.binpack_order: SortedList = SortedList()
+        self._orders: dict[str, dict[tuple[int, int], SortedList]] = {"spread": {}, "binpack": {}}
+
+    def _keys(self, name: str, room: NodeRoom):
+        for bucket in {(mib.bit_length(), cores) for mib, cores in room.free}:
+            yield self._orders["spread"].setdefault(bucket, SortedList()), (room.used, name)
+            yield self._orders["binpack"].setdefault(bucket, SortedList()), (-room.used, name)
 
     def _reindex(self, name: str) -> None:
         old = self.room.pop(name, None)
         if old is not None:
-            self.spread_order.remove((old.used, name))
-            self.binpack_order.remove((-old.used, name))
+            for order, key in self._keys(name, old):
+                order.remove(key)
         info = self.nodes.get(name)
         if info is None or not info.cards.cards:
             return
         room = node_room(info.cards, self.card)
         self.room[name] = room
-        self.spread_order.add((room.used, name))
-        self.binpack_order.add((-room.used, name))
+        for order, key in self._keys(name, room):
+            order.add(key)
+
+    def in_order(self, policy: str, least_mib: int, least_cores: int) -> Iterator[str]:
+        """In the order of the node policy ("spread" or "binpack"), each node once, the nodes
+        with a card of at least `least_cores` free cores and about `least_mib` free MiB (its
+        bucket's; the caller checks the exact room)."""
+        lists = [o for (mib_bits, cores), o in self._orders[policy].items()
+                 if o and mib_bits >= least_mib.bit_length() and cores >= least_cores]
+        last = None
+        for _, name in (lists[0] if len(lists) == 1 else heapq.merge(*lists)):
+            if name != last:  # a node in several lists comes out of the merge as neighbours
+                last = name
+                yield name
 
     # nodes
     def set_node(self, node: dict) -> None:
@@ -100,8 +121,8 @@ class ClusterState:
     def replace_nodes(self, nodes: list[dict]) -> None:
         self.nodes.clear()
         self.room.clear()
-        self.spread_order.clear()
-        self.binpack_order.clear()
+        for buckets in self._orders.values():
+            buckets.clear()
         for n in nodes:
             self.set_node(n)
 
