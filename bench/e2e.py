@@ -13,9 +13,13 @@ the bench records when each pod is first seen bound:
   cpu/memory requests and no Mthreads resources (it does not know the cards).
 
 Two ways: **streaming** (the scheduler runs and is warm — a probe pod was bound — before the
-pods are created; pods/s = pods / (last bound − first create)) and **backlog** (all pods are
-Pending first, then the scheduler starts; pods/s = pods / (last bound − first bound), and the
-time from the process start is given too). **Raw ceiling**: pods that already exist (scheduler
+pods are created; pods/s = pods / (last bound − first create), which cannot pass the rate at
+which the client creates them, so the seconds from the last create to the last bind are given
+too) and **backlog** (all pods are Pending first, then the scheduler starts; pods/s = pods /
+(last bound − first bound), and the time from the process start is given too). A third
+allocator row binds with `--bind-threads 1`: one write at a time, as it did before its
+binding pool. CPU seconds are read from /proc for the scheduler (for the raw row: the bench's
+client), the API server and etcd, from the first bind to the last. **Raw ceiling**: pods that already exist (scheduler
 name nobody serves) bound by 8 Python threads with `pods/binding` POSTs that carry the same
 annotations as the allocator's. Between runs the scheduler is stopped (SIGTERM by PID) and the
 pods are deleted with gracePeriodSeconds=0 (the pods also set terminationGracePeriodSeconds 0:
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -57,8 +62,8 @@ ROUNDS = 3  # default of --rounds
 
 def add_arguments(g) -> None:
     g.add_argument("--e2e-nodes", type=int, default=500, help="fake nodes (%(default)s)")
-    g.add_argument("--e2e-pods", type=int, default=1000, help="pods per run (%(default)s)")
-    g.add_argument("--e2e-profile", type=float, default=8.0,
+    g.add_argument("--e2e-pods", type=int, default=2000, help="pods per run (%(default)s)")
+    g.add_argument("--e2e-profile", type=float, default=4.0,
                    help="seconds of py-spy on the allocator in its first backlog run "
                         "(0: none; needs py-spy) (%(default)s)")
 
@@ -71,7 +76,7 @@ def _sizes(args) -> tuple[int, int, int]:
 
 def estimate(args) -> float:
     nodes, pods, rounds = _sizes(args)
-    return 30 + nodes * 0.03 + rounds * 5 * (pods / 60 + 10)
+    return 30 + nodes * 0.03 + rounds * 6 * (pods / 100 + 10)
 
 
 # --- the cluster ---------------------------------------------------------------------------
@@ -235,20 +240,23 @@ class Scheduler:
 
 
 class AllocatorScheduler(Scheduler):
-    label = "allocator"
     scheduler_name = workload.SCHEDULER
     mthreads = True
 
-    def __init__(self, cluster, workdir: Path):
+    def __init__(self, cluster, workdir: Path, bind_threads: int | None = None):
+        """`bind_threads` None: the allocator's default; 1 writes one binding at a time."""
         from tests.allocator.kubetools import ALLOCATOR_USER
+        self.label = "allocator" if bind_threads is None else f"allocator, {bind_threads} bind thread"
+        self.extra = () if bind_threads is None else ("--bind-threads", str(bind_threads))
         self.kubeconfig = cluster.kubeconfig(ALLOCATOR_USER)
         self.config = workdir / "allocator.yaml"
         self.config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
-        self.log = workdir / "allocator.log"
+        self.log = workdir / ("allocator.log" if bind_threads is None
+                              else f"allocator-{bind_threads}-bind-threads.log")
 
     def start(self) -> None:
         from tests.allocator.kubetools import AllocatorProcess
-        ap = AllocatorProcess(self.kubeconfig, LEASE_NS, self.log, self.config).start()
+        ap = AllocatorProcess(self.kubeconfig, LEASE_NS, self.log, self.config, self.extra).start()
         self.proc = ap.proc
 
 
@@ -297,7 +305,7 @@ class Bench:
 
     def namespace(self, what: str) -> str:
         self.runs += 1
-        ns = f"bench-{what}-{self.runs}"
+        ns = f"bench-{re.sub(r'[^a-z0-9]+', '-', what)}-{self.runs}"
         ensure_namespace(self.admin, ns)
         return ns
 
@@ -337,23 +345,27 @@ class Bench:
         return self._finish(ns, watch, ok, failures, {
             "create_s": t1 - t0, "create_rate": len(bodies) / (t1 - t0),
             "rate": len(watch.bound) / (max(watch.bound.values()) - t0) if watch.bound else 0.0,
-            "total_s": (max(watch.bound.values()) - t0) if watch.bound else float("nan")})
+            "total_s": (max(watch.bound.values()) - t0) if watch.bound else float("nan"),
+            "lag_s": (max(watch.bound.values()) - t1) if watch.bound else float("nan")})
 
     def backlog(self, sched: Scheduler, profile: float = 0.0) -> dict:
         ns = self.namespace(f"{sched.label}-backlog")
         bodies = self.bodies(ns, sched)
         t0, t1, failures = create_pods(self.admin, ns, bodies)
         watch = BoundWatch(self.admin, ns, len(bodies))
-        spy = None
+        spy = cpu = None
         try:
             started = time.monotonic()
             sched.start()
-            if profile:  # once it decides: past the imports and the first list
-                deadline = time.monotonic() + 60
-                while not watch.bound and time.monotonic() < deadline and not watch.done.is_set():
-                    time.sleep(0.05)
+            # once it decides: past the imports and the first list
+            deadline = time.monotonic() + 60
+            while not watch.bound and time.monotonic() < deadline and not watch.done.is_set():
+                time.sleep(0.02)
+            cpu = CpuMeter({"scheduler": sched.proc.pid, **self.cluster_pids()})
+            if profile:
                 spy = PySpy(sched.proc.pid, profile, self.workdir / f"py-spy-{self.runs}.txt")
             ok = watch.wait(RUN_TIMEOUT)
+            cpu.stop()
         finally:
             watch.close()
             if spy:
@@ -364,7 +376,8 @@ class Bench:
         result = self._finish(ns, watch, ok, failures, {
             "create_s": t1 - t0, "create_rate": len(bodies) / (t1 - t0), "rate": rate,
             "total_s": (times[-1] - started) if times else float("nan"),
-            "first_s": (times[0] - started) if times else float("nan")})
+            "first_s": (times[0] - started) if times else float("nan"),
+            **cpu.per_thousand(len(times))})
         if spy:
             result["profile"] = spy.result()
         return result
@@ -400,11 +413,17 @@ class Bench:
             except k.ApiException:
                 with lock:
                     fails += 1
+        cpu = CpuMeter({"scheduler": os.getpid(), **self.cluster_pids()})  # the client: this process
         t0 = time.monotonic()
         _parallel(one, range(len(bodies)))
         elapsed = time.monotonic() - t0
+        cpu.stop()
         delete_pods(self.admin, ns)
-        return {"rate": (len(bodies) - fails) / elapsed, "failures": fails, "total_s": elapsed}
+        return {"rate": (len(bodies) - fails) / elapsed, "failures": fails, "total_s": elapsed,
+                **cpu.per_thousand(len(bodies) - fails)}
+
+    def cluster_pids(self) -> dict[str, int]:
+        return {"apiserver": self.cluster._apiserver.pid, "etcd": self.cluster._etcd.pid}
 
     def _finish(self, ns: str, watch: BoundWatch, ok: bool, failures: int, out: dict) -> dict:
         out.update(bound=len(watch.bound), failures=failures, complete=ok,
@@ -412,6 +431,32 @@ class Bench:
         if watch.error is not None and not ok:
             out["error"] = f"{type(watch.error).__name__}: {watch.error}"
         return out
+
+
+class CpuMeter:
+    """CPU seconds (user + system, from /proc) that some processes spent between start and stop."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids = pids
+        self.start = {k: self._read(p) for k, p in pids.items()}
+        self.spent: dict[str, float] = {}
+
+    def _read(self, pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / self.TICK  # utime, stime
+
+    def stop(self) -> None:
+        self.spent = {k: self._read(p) - self.start[k] for k, p in self.pids.items()}
+
+    def per_thousand(self, pods: int) -> dict[str, float]:
+        """CPU seconds per 1,000 pods bound, by process, as cpu_<name> keys."""
+        return {f"cpu_{k}": v * 1000 / pods if pods else float("nan") for k, v in self.spent.items()}
 
 
 class PySpy:
@@ -435,17 +480,19 @@ class PySpy:
                 self.proc.send_signal(signal.SIGTERM)
                 self.proc.wait(timeout=10)
 
-    def result(self) -> list[list[str]]:
-        """Top frames of the decision thread by inclusive share of its samples."""
+    def result(self) -> dict[str, list[list[str]]]:
+        """Where the allocator's threads spent the samples in which they were running: by
+        thread role, and the top frames over all of them by inclusive share."""
         if not self.out.exists():
-            return []
-        total, inclusive, own = 0, Counter(), Counter()
+            return {}
+        total, inclusive, own, roles = 0, Counter(), Counter(), Counter()
         for line in self.out.read_text(errors="replace").splitlines():
             stack, _, count = line.rpartition(" ")
-            if not stack or not count.isdigit() or "run (webhook/allocator/loop.py" not in stack:
-                continue  # only the decision loop's thread (run -> schedule_pass -> ...)
+            if not stack or not count.isdigit():
+                continue
             n = int(count)
             total += n
+            roles[next((role for marker, role in THREAD_ROLES if marker in stack), "other")] += n
             frames = stack.split(";")
             seen = set()
             for f in frames:
@@ -455,15 +502,23 @@ class PySpy:
                     seen.add(key)
             own[_frame(frames[-1])] += n
         if not total:
-            return []
+            return {}
         rows = []
-        for key, n in inclusive.most_common(40):
+        for key, n in inclusive.most_common(60):
             if key.split(" (", 1)[1].startswith(("allocator/", "webhook/", "client/", "urllib3/",
                                                   "http/", "ssl.py", "json/")):
                 rows.append([f"`{key}`", f"{100 * n / total:.0f}%", f"{100 * own[key] / total:.0f}%"])
-            if len(rows) >= 14:
+            if len(rows) >= 16:
                 break
-        return rows
+        return {"roles": [[role, f"{100 * n / total:.0f}%"] for role, n in roles.most_common()],
+                "frames": rows}
+
+
+# a sample's thread, by a frame its stack holds (py-spy leaves idle threads out)
+THREAD_ROLES = (("run (webhook/allocator/loop.py", "decision loop"),
+                ("_write (webhook/allocator/binder.py", "binding writes"),
+                ("allocator/informer.py", "watches"),
+                ("allocator/leader.py", "Lease"))
 
 
 def _frame(f: str) -> str:
@@ -501,14 +556,16 @@ def run(args) -> Section:
         make_nodes(admin, nodes)
         print(f"bench: e2e: {nodes} nodes in {time.monotonic() - t0:.0f} s", flush=True)
         alloc, ks = AllocatorScheduler(cluster, workdir), KubeScheduler(cluster, workdir)
-        scheds = [alloc, ks]
+        sequential = AllocatorScheduler(cluster, workdir, bind_threads=1)  # how it bound before
+        scheds = [alloc, ks, sequential]
         ks_version = ks.version()
         bench = Bench(cluster, admin, workdir, pods)
         bench.nodes = nodes
         results: dict[tuple[str, str], list[dict]] = {}
         cells = [("allocator", "streaming"), ("kube-scheduler", "streaming"),
-                 ("allocator", "backlog"), ("kube-scheduler", "backlog"), ("raw", "ceiling")]
-        by_label = {"allocator": alloc, "kube-scheduler": ks}
+                 ("allocator", "backlog"), ("kube-scheduler", "backlog"), ("raw", "ceiling"),
+                 (sequential.label, "backlog")]
+        by_label = {s.label: s for s in scheds}
         profiled = False
         for r in range(rounds):
             order = cells[r % len(cells):] + cells[:r % len(cells)]
@@ -533,6 +590,13 @@ def run(args) -> Section:
     return _section(results, nodes, pods, rounds, ks_version, workdir)
 
 
+def _cpu(runs: list[dict]) -> str:
+    if not any("cpu_scheduler" in r for r in runs):
+        return "–"
+    return " / ".join(f"{_med([r.get(f'cpu_{k}', float('nan')) for r in runs]):.2f}"
+                      for k in ("scheduler", "apiserver", "etcd"))
+
+
 def _section(results, nodes, pods, rounds, ks_version, workdir) -> Section:
     rate = {k: _med([r["rate"] for r in v]) for k, v in results.items()}
     rows = []
@@ -543,15 +607,16 @@ def _section(results, nodes, pods, rounds, ks_version, workdir) -> Section:
                      " / ".join(f"{r['rate']:.0f}" for r in v),
                      f"{_med([r['total_s'] for r in v]):.1f}",
                      f"{_med([r['create_rate'] for r in v]):.0f}",
-                     f"{_med([r.get('first_s', float('nan')) for r in v]):.1f}" if how == "backlog" else "–",
+                     f"{_med([r.get('first_s', float('nan')) for r in v]):.1f}" if how == "backlog"
+                     else f"{_med([r['lag_s'] for r in v]):.2f}",
                      f"{min(r['bound'] for r in v):,}/{pods:,}",
-                     f"{_med([r['nodes_used'] for r in v]):.0f}"])
+                     f"{_med([r['nodes_used'] for r in v]):.0f}", _cpu(v)])
     ceiling = rate.get(("raw", "ceiling"), float("nan"))
     raw = results.get(("raw", "ceiling"), [])
     rows.append(["raw bindings", f"{THREADS} threads", f"{ceiling:.0f}",
                  " / ".join(f"{r['rate']:.0f}" for r in raw),
                  f"{_med([r['total_s'] for r in raw]):.1f}", "–", "–",
-                 f"{pods - max((r['failures'] for r in raw), default=0):,}/{pods:,}", "–"])
+                 f"{pods - max((r['failures'] for r in raw), default=0):,}/{pods:,}", "–", _cpu(raw)])
     goals = []
     for how in ("streaming", "backlog"):
         a, k = rate.get(("allocator", how)), rate.get(("kube-scheduler", how))
@@ -563,15 +628,19 @@ def _section(results, nodes, pods, rounds, ks_version, workdir) -> Section:
             goals.append(Goal(f"{how}: allocator pods/s ≥ {CEILING_GOAL:.0%} of the raw binding "
                               f"ceiling", f"{a / ceiling:.0%}", a >= CEILING_GOAL * ceiling))
     tables = [Table(["scheduler", "how", "pods/s (median)", "per round", "s until all bound",
-                     "created/s", "s to first bind", "bound (worst round)", "nodes used"],
+                     "created/s", "s to first bind (backlog) / last bind after last create (streaming)",
+                     "bound (worst round)", "nodes used",
+                     "CPU s per 1,000 pods: scheduler / API server / etcd"],
                     rows, f"{pods:,} pods on {nodes:,} nodes, medians of {rounds} rounds")]
     prof = next((r["profile"] for r in results.get(("allocator", "backlog"), []) if r.get("profile")),
                 None)
     notes = []
     if prof:
-        tables.append(Table(["frame", "share of samples (with callees)", "own"], prof,
-                            "py-spy on the allocator's decision thread, backlog run "
-                            "(100 samples/s)"))
+        tables.append(Table(["thread", "share of the samples"], prof["roles"],
+                            "py-spy on the allocator, backlog run (100 samples/s, every "
+                            "thread while it runs): by thread"))
+        tables.append(Table(["frame", "share of samples (with callees)", "own"], prof["frames"],
+                            "the same samples: top frames"))
     return Section(
         part="e2e", title=TITLE,
         intro=__doc__.split("\n\n", 1)[1].strip() if __doc__ else "",
