@@ -37,12 +37,37 @@ def pod(*containers: dict, init: tuple[dict, ...] = (), annotations: dict | None
 
 
 def review(obj: dict | None, operation: str = "CREATE", old: dict | None = None,
-           user: str = "alice", version: str = "admission.k8s.io/v1") -> dict:
-    req = {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-           "resource": {"group": "", "version": "v1", "resource": "pods"},
+           user: str = "alice", version: str = "admission.k8s.io/v1",
+           sub_resource: str | None = None, kind: str = "Pod", resource: str = "pods") -> dict:
+    req = {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": kind},
+           "resource": {"group": "", "version": "v1", "resource": resource},
            "operation": operation, "userInfo": {"username": user}}
+    if sub_resource is not None:
+        req["subResource"] = sub_resource
     if obj is not None:
         req["object"] = copy.deepcopy(obj)
     if old is not None:
         req["oldObject"] = copy.deepcopy(old)
     return {"apiVersion": version, "kind": "AdmissionReview", "request": req}
+
+
+def binding(name: str = "p", annotations: dict | None = None, node: str = "node-1") -> dict:
+    """A Binding as a scheduler posts it to pods/<name>/binding."""
+    meta: dict = {"name": name, "namespace": "default"}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def binding_review(obj: dict, user: str = "alice", legacy: bool = False, **kw) -> dict:
+    """The review of a pods/binding CREATE (or of the legacy `bindings` resource), as the
+    API server sends it: kind Binding, no oldObject."""
+    if legacy:
+        return review(obj, "CREATE", user=user, kind="Binding", resource="bindings", **kw)
+    return review(obj, "CREATE", user=user, kind="Binding", sub_resource="binding", **kw)
+
+
+def status_review(old: dict, new: dict, user: str = "system:node:node-1", **kw) -> dict:
+    """The review of a pods/status UPDATE: kind Pod, both objects Pods."""
+    return review(new, "UPDATE", old, user=user, sub_resource="status", **kw)

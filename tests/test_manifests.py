@@ -142,8 +142,9 @@ def check_common(hook, path):
     service = hook["clientConfig"]["service"]
     assert service == {"name": "mthreads-webhook", "namespace": "kube-system", "path": path, "port": 443}
     assert "url" not in hook["clientConfig"]
-    (rule,) = hook["rules"]
-    assert rule["apiGroups"] == [""] and rule["apiVersions"] == ["v1"] and rule["resources"] == ["pods"]
+    for rule in hook["rules"]:
+        assert rule["apiGroups"] == [""] and rule["apiVersions"] == ["v1"]
+        assert rule["scope"] == "Namespaced"
     assert not selector_matches(hook["namespaceSelector"], IGNORE), "labelled namespaces must be left out"
     assert selector_matches(hook["namespaceSelector"], {})
 
@@ -152,11 +153,28 @@ def test_mutating_webhook(built):
     _, docs = built
     (hook,) = one(docs, "MutatingWebhookConfiguration", "mthreads-webhook")["webhooks"]
     check_common(hook, "/mutate")
-    assert hook["rules"][0]["operations"] == ["CREATE"]
+    assert covered(hook) == {("pods", "CREATE")}
     assert hook["reinvocationPolicy"] == "IfNeeded"
     assert hook["failurePolicy"] == "Fail"
     assert not selector_matches(hook["objectSelector"], IGNORE)
     assert selector_matches(hook["objectSelector"], {"app": "x"})
+
+
+# What the validating webhooks review, and the failurePolicy for an object that is not opted
+# out and for one labelled hami.io/webhook=ignore. The subresources write a pod's annotations
+# too (docs/deploy.md, "Subresources"); they sit on every kubelet's and scheduler's path, so
+# they fail open, and labels must not skip them: a Binding's labels are its author's.
+COVERAGE = {
+    ("pods", "CREATE"): ("Fail", "Ignore"),
+    ("pods", "UPDATE"): ("Fail", "Ignore"),
+    ("pods/status", "UPDATE"): ("Ignore", "Ignore"),
+    ("pods/binding", "CREATE"): ("Ignore", "Ignore"),
+    ("bindings", "CREATE"): ("Ignore", "Ignore"),  # the legacy path to the same write
+}
+
+
+def covered(hook):
+    return {(r, op) for rule in hook["rules"] for r in rule["resources"] for op in rule["operations"]}
 
 
 def test_validating_webhooks_cover_every_pod_once(built):
@@ -165,11 +183,16 @@ def test_validating_webhooks_cover_every_pod_once(built):
     assert len({h["name"] for h in hooks}) == len(hooks)
     for hook in hooks:
         check_common(hook, "/validate")
-        assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-    # A plain pod is checked fail-closed; an opted-out pod is still checked, fail-open.
-    for labels, policy in (({}, "Fail"), ({"app": "x"}, "Fail"), (IGNORE, "Ignore")):
-        matching = [h for h in hooks if selector_matches(h["objectSelector"], labels)]
-        assert [h["failurePolicy"] for h in matching] == [policy], labels
+    assert set().union(*map(covered, hooks)) == set(COVERAGE)  # and nothing else (no DELETE, exec)
+    # Each request is reviewed exactly once whatever the labels: a plain pod fail-closed, an
+    # opted-out pod still checked but fail-open; a subresource fail-open for every label set.
+    for (resource, op), (plain, opted_out) in COVERAGE.items():
+        for labels, policy in (({}, plain), ({"app": "x"}, plain), (IGNORE, opted_out)):
+            matching = [h for h in hooks if (resource, op) in covered(h)
+                        and selector_matches(h.get("objectSelector"), labels)]
+            assert [h["failurePolicy"] for h in matching] == [policy], (resource, op, labels)
+            if resource != "pods":  # a hung webhook stalls kubelets' status updates this long
+                assert matching[0]["timeoutSeconds"] <= 3
 
 
 def test_webhook_and_allocator_pods_are_never_blocked_by_the_webhook(built):
@@ -180,8 +203,25 @@ def test_webhook_and_allocator_pods_are_never_blocked_by_the_webhook(built):
         labels = deploy["spec"]["template"]["metadata"]["labels"]
         assert labels.get("hami.io/webhook") == "ignore"
         for hook in hooks:
-            if selector_matches(hook["objectSelector"], labels):
+            if selector_matches(hook.get("objectSelector"), labels):
                 assert hook["failurePolicy"] == "Ignore"
+
+
+@pytest.mark.parametrize("directory", [*sorted(FLEETS), "extender"])
+def test_what_binds_with_annotations_runs_as_a_writer(directory):
+    """The allocator and the extender write SPEC 4's annotations in a Binding, which the
+    webhook refuses from anyone but allocator.user and allocator.extraWriters (rule 10)."""
+    docs = build(MANIFESTS / directory)
+    (cm,) = [d for d in by_kind(docs, "ConfigMap")
+             if d["metadata"]["name"].startswith("mthreads-webhook-config")]
+    allocator = yaml.safe_load(cm["data"]["config.yaml"])["allocator"]
+    writers = {allocator["user"], *allocator["extraWriters"]}
+    binders = [d for d in by_kind(docs, "Deployment")
+               if d["metadata"]["labels"]["app.kubernetes.io/component"] in ("allocator", "extender")]
+    assert len(binders) == 1, [d["metadata"]["name"] for d in binders]  # one of the two, never both
+    for deploy in binders:
+        account = deploy["spec"]["template"]["spec"]["serviceAccountName"]
+        assert f"system:serviceaccount:{deploy['metadata']['namespace']}:{account}" in writers
 
 
 def test_cert_manager_wiring():

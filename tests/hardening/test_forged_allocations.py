@@ -2,8 +2,10 @@
 
 A normal user (alice, who may create, update, patch and delete pods in her namespace) must not
 be able to write any allocation annotation: not on CREATE, not by adding, changing or removing
-one later, by kubectl or by any kind of patch through the API; nor create an Mthreads pod
-with spec.nodeName set. The allocator may do all of it.
+one later, by kubectl or by any kind of patch through the API, not through pods/status, not
+in a pods/binding or legacy `bindings` write even where RBAC lets her bind; nor create an
+Mthreads pod with spec.nodeName set. The allocator may do all of it, and the subresource
+review fails open (kubelets and schedulers are never blocked by an outage of it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import yaml
 
 from webhook.annotations import ALLOCATION_KEYS
 
-from tests.harness.kube import ADMIN, ALICE, ALLOCATOR
+from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, free_ports
 from tests.harness.kubectl import kubectl
 from tests.harness.registration import webhook_configurations
 from tests.harness.webhook import WebhookProcess
@@ -38,6 +40,7 @@ VALUES = {  # what the allocator writes (SPEC 4)
 }
 DENIED_CREATE = "is written by the allocator when it binds the pod"
 DENIED_UPDATE = "may only be changed by the allocator"
+IGNORE = {"hami.io/webhook": "ignore"}
 
 
 def a_pod(name: str, mthreads: bool = True, annotations: dict | None = None,
@@ -267,50 +270,161 @@ def test_the_allocator_can_add_change_and_remove_them(kube_cluster, api, ns):
 
 
 # -- subresources -------------------------------------------------------------------------------
+# The API server takes a pods/status update's metadata, and merges a Binding's annotations into
+# the pod (SPEC 4); `bindings` is the legacy path to the same write. All three are reviewed by
+# validate-subresources.mthreads.hami.io (failurePolicy Ignore, no objectSelector).
+
+DENIED_BINDING = "may only be written by the allocator"
 
 
 @pytest.fixture(scope="module")
 def status_ns(kube_cluster, webhook):
-    """A namespace where alice may also write pods/status and pods/binding, as a tenant's
-    controller or second scheduler might."""
-    return new_namespace(kube_cluster, webhook.namespaces, extra_resources="pods/status,pods/binding")
+    """A namespace where alice may also write pods/status, pods/binding and bindings, as a
+    tenant's controller or second scheduler might."""
+    return new_namespace(kube_cluster, webhook.namespaces,
+                         extra_resources="pods/status,pods/binding,bindings")
+
+
+def a_binding(name: str, annotations: dict | None = None, labels: dict | None = None) -> dict:
+    meta: dict = {"name": name}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"kind": "Node", "name": "node-1"}}
+
+
+def bind(api: Api, ns: str, name: str, binding: dict, legacy: bool = False) -> requests.Response:
+    url = f"{api.cluster.url}/api/v1/namespaces/{ns}/bindings" if legacy else \
+        api.pod_url(ns, name, "binding")
+    return api.session.post(url, json=binding, timeout=30)
 
 
 def test_a_user_without_binding_rights_cannot_bind_with_annotations(api, ns):
     assert api[ALICE].create(ns, a_pod("to-bind")).status_code == 201
-    binding = {"apiVersion": "v1", "kind": "Binding",
-               "metadata": {"name": "to-bind", "annotations": VALUES},
-               "target": {"kind": "Node", "name": "node-1"}}
-    resp = api[ALICE].session.post(api[ALICE].pod_url(ns, "to-bind", "binding"), json=binding, timeout=30)
+    binding = a_binding("to-bind", VALUES)
+    resp = bind(api[ALICE], ns, "to-bind", binding)
     assert resp.status_code == 403, resp.text  # RBAC: pods/binding is the allocator's
     assert not set(KEYS) & set(api[ALICE].get(ns, "to-bind")["metadata"].get("annotations", {}))
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 6): the webhooks review pods, not pods/status or "
-                   "pods/binding; docs/reliability.md, finding 5")
-def test_pods_status_cannot_change_allocation_annotations(api, status_ns):
-    """FINDING: the API server lets pods/status write metadata.annotations, and the webhooks
-    are registered for `pods` only, so the status subresource is never reviewed."""
-    ns = status_ns
-    assert api[ALLOCATOR].create(ns, a_pod("bound", annotations=VALUES)).status_code == 201
-    resp = api[ALICE].patch(ns, "bound", {"metadata": {"annotations": {
-        "hami.io/mthreads-vgpu-devices-allocated": "node-1-mthreads-3,Mthreads,49152,16:;"}}},
-        "merge", sub="status")
-    stored = api[ALICE].get(ns, "bound")["metadata"]["annotations"]
-    assert stored == {**stored, **VALUES}, f"changed through pods/status ({resp.status_code})"
+@pytest.mark.parametrize("labels", [None, IGNORE], ids=["pod", "opted-out-pod"])
+def test_pods_status_cannot_change_allocation_annotations(api, status_ns, labels):
+    """pods/status is reviewed like an UPDATE of the pod, whatever the pod's labels."""
+    ns, name = status_ns, f"bound-{uuid.uuid4().hex[:6]}"
+    pod = a_pod(name, annotations=VALUES)
+    if labels:
+        pod["metadata"]["labels"] = dict(labels)
+    assert api[ALLOCATOR].create(ns, pod).status_code == 201
+    key = "hami.io/mthreads-vgpu-devices-allocated"
+    attempts = {
+        "merge (change)": api[ALICE].patch(ns, name, {"metadata": {"annotations": {
+            key: "node-1-mthreads-3,Mthreads,49152,16:;"}}}, "merge", sub="status"),
+        "merge (remove)": api[ALICE].patch(ns, name, {"metadata": {"annotations": {
+            "hami.io/bind-phase": None}}}, "merge", sub="status"),
+        "JSON patch (replace all)": api[ALICE].patch(ns, name, [
+            {"op": "replace", "path": "/metadata/annotations", "value": {"team": "ml"}}], sub="status"),
+        # opting out on the way must not help: the old object's labels match as well
+        "merge (change + opt out)": api[ALICE].patch(ns, name, {"metadata": {
+            "labels": {"hami.io/webhook": "ignore"}, "annotations": {key: "x"}}}, "merge", sub="status"),
+    }
+    for what, resp in attempts.items():
+        assert resp.status_code == 403 and DENIED_UPDATE in resp.text, f"{what}: {resp.text[:300]}"
+    stored = api[ALICE].get(ns, name)["metadata"]["annotations"]
+    assert {k: stored.get(k) for k in KEYS} == VALUES
+    # What a kubelet does through pods/status stays allowed: status, and unrelated metadata.
+    report = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]},
+              "metadata": {"annotations": {"example.com/note": "x"}}}
+    resp = api[ALICE].patch(ns, name, report, "strategic", sub="status")
+    assert resp.status_code == 200, resp.text
+    # The allocator may write them through pods/status (the device plugin's bind-phase path).
+    resp = api[ALLOCATOR].patch(ns, name, {"metadata": {"annotations": {
+        "hami.io/bind-phase": "success"}}}, "merge", sub="status")
+    assert resp.status_code == 200, resp.text
+    assert api[ALICE].get(ns, name)["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 6): the webhooks review pods, not pods/status or "
-                   "pods/binding; docs/reliability.md, finding 5")
-def test_a_binding_cannot_carry_forged_allocation_annotations(api, status_ns):
-    """FINDING: a pods/binding's annotations are merged into the pod (SPEC 4, how the allocator
-    writes them), and no webhook reviews pods/binding: whoever may bind may forge them."""
-    ns = status_ns
-    assert api[ALICE].create(ns, a_pod("self-bound")).status_code == 201
-    binding = {"apiVersion": "v1", "kind": "Binding",
-               "metadata": {"name": "self-bound", "annotations": VALUES},
-               "target": {"kind": "Node", "name": "node-1"}}
-    resp = api[ALICE].session.post(api[ALICE].pod_url(ns, "self-bound", "binding"), json=binding,
-                                   timeout=30)
-    stored = api[ALICE].get(ns, "self-bound")["metadata"].get("annotations", {})
-    assert not set(KEYS) & set(stored), f"bound with forged annotations ({resp.status_code})"
+@pytest.mark.parametrize("how", ["pods/binding", "bindings", "binding labelled ignore",
+                                 "opted-out pod"])
+def test_a_binding_cannot_carry_forged_allocation_annotations(api, status_ns, how):
+    """A Binding with an allocation key is refused unless the allocator posts it, by either
+    path, and labels (the Binding's or the pod's) do not switch the review off."""
+    ns, name = status_ns, f"self-bound-{uuid.uuid4().hex[:6]}"
+    pod = a_pod(name)
+    if how == "opted-out pod":
+        pod["metadata"]["labels"] = dict(IGNORE)
+    assert api[ALICE].create(ns, pod).status_code == 201
+    binding = a_binding(name, VALUES, labels=IGNORE if how == "binding labelled ignore" else None)
+    resp = bind(api[ALICE], ns, name, binding, legacy=how == "bindings")
+    assert resp.status_code == 403 and DENIED_BINDING in resp.text, resp.text
+    assert f"alice may not bind pod '{name}'" in resp.json()["message"]
+    stored = api[ALICE].get(ns, name)
+    assert not set(KEYS) & set(stored["metadata"].get("annotations", {}))
+    assert "nodeName" not in stored["spec"]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pods-binding", "bindings"])
+def test_the_allocator_binds_with_annotations_and_others_bind_plain_pods(api, status_ns, legacy):
+    ns, tag = status_ns, uuid.uuid4().hex[:6]
+    # the allocator's (and the extender's) one write: node and every annotation at once
+    assert api[ALICE].create(ns, a_pod(f"gpu-{tag}")).status_code == 201
+    resp = bind(api[ALLOCATOR], ns, f"gpu-{tag}", a_binding(f"gpu-{tag}", VALUES), legacy)
+    assert resp.status_code == 201, resp.text
+    stored = api[ALICE].get(ns, f"gpu-{tag}")
+    assert stored["spec"]["nodeName"] == "node-1"
+    assert {k: stored["metadata"]["annotations"][k] for k in KEYS} == VALUES
+    # a second scheduler binding a pod without allocation keys, as default-scheduler does
+    assert api[ALICE].create(ns, a_pod(f"web-{tag}", mthreads=False)).status_code == 201
+    resp = bind(api[ALICE], ns, f"web-{tag}", a_binding(f"web-{tag}", {"example.com/note": "x"}),
+                legacy)
+    assert resp.status_code == 201, resp.text
+    assert api[ALICE].get(ns, f"web-{tag}")["spec"]["nodeName"] == "node-1"
+
+
+def test_an_outage_of_the_subresource_review_blocks_no_status_update_or_binding(
+        kube_cluster, api, status_ns, webhook):
+    """failurePolicy Ignore (docs/deploy.md): with the webhook unreachable for pods/status and
+    bindings, kubelets' status reports and bindings still go through. Last in this file: it
+    points that one entry at a closed port, then back."""
+    ns, tag = status_ns, uuid.uuid4().hex[:6]
+    for name in (f"probe-{tag}", f"report-{tag}", f"gpu-{tag}"):
+        assert api[ALICE].create(ns, a_pod(name)).status_code == 201
+    hooks = json.loads(kubectl(kube_cluster, ADMIN, "get", "validatingwebhookconfiguration",
+                               "mthreads-webhook", "-o", "json").stdout)["webhooks"]
+    index = [h["name"] for h in hooks].index("validate-subresources.mthreads.hami.io")
+    url = hooks[index]["clientConfig"]["url"]
+    dead = f"https://127.0.0.1:{free_ports(1)[0]}/validate"
+
+    def point_at(target: str) -> None:
+        out = kubectl(kube_cluster, ADMIN, "patch", "validatingwebhookconfiguration",
+                      "mthreads-webhook", "--type=json", "-p", json.dumps(
+                          [{"op": "replace", "path": f"/webhooks/{index}/clientConfig/url",
+                            "value": target}]))
+        assert out.returncode == 0, out.stderr
+
+    def forged_status_goes_through() -> bool:
+        resp = api[ALICE].patch(ns, f"probe-{tag}", {"metadata": {"annotations": {
+            "hami.io/bind-phase": uuid.uuid4().hex}}}, "merge", sub="status")
+        assert resp.status_code in (200, 403), resp.text
+        return resp.status_code == 200
+
+    point_at(dead)
+    try:
+        deadline = time.monotonic() + 30
+        while not forged_status_goes_through():  # the API server picks the change up in a moment
+            assert time.monotonic() < deadline, "the dead endpoint was never used"
+            time.sleep(0.3)
+        started = time.monotonic()
+        report = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]}}
+        resp = api[ALICE].patch(ns, f"report-{tag}", report, "strategic", sub="status")
+        assert resp.status_code == 200, resp.text
+        resp = bind(api[ALLOCATOR], ns, f"gpu-{tag}", a_binding(f"gpu-{tag}", VALUES))
+        assert resp.status_code == 201, resp.text
+        assert time.monotonic() - started < 5  # a refused connection costs no timeout
+    finally:
+        point_at(url)
+    deadline = time.monotonic() + 30
+    while forged_status_goes_through():  # reviewed again before the next test
+        assert time.monotonic() < deadline, "the webhook was never used again"
+        time.sleep(0.3)

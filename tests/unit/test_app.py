@@ -6,7 +6,7 @@ import json
 import jsonpatch
 import pytest
 
-from tests.builders import container as c, pod, review
+from tests.builders import binding, binding_review, container as c, pod, review, status_review
 from webhook.app import MAX_BODY, create_app
 from webhook.config import Config
 
@@ -121,6 +121,12 @@ def test_body_just_under_the_limit_is_read(client):
     assert post(client, "/validate", r).get_json()["response"]["allowed"] is True
 
 
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON"])
+def test_json_content_type_with_parameters_or_case_is_accepted(client, content_type):
+    resp = post(client, "/validate", json.dumps(review(pod())), content_type=content_type)
+    assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is True
+
+
 def test_internal_error_is_an_admission_denial_with_500(client, monkeypatch):
     import webhook.app as app_module
 
@@ -160,3 +166,29 @@ def test_metrics_count_results_and_rules(client):
     assert 'mthreads_webhook_requests_total{endpoint="mutate",result="bad_request"} 1.0' in text
     assert 'mthreads_webhook_denials_total{endpoint="validate",rule="2"} 2.0' in text
     assert 'mthreads_webhook_request_duration_seconds_count{endpoint="mutate"} 2.0' in text
+
+
+@pytest.mark.parametrize("version", ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_subresources_rule_10(client, version, path):
+    """pods/status and pods/binding reviews as the API server sends them (docs/deploy.md)."""
+    old = pod(c("train", 1, 32), annotations={"hami.io/bind-phase": "allocating"})
+    new = pod(c("train", 1, 32), annotations={"hami.io/bind-phase": "success"})
+    status = post(client, path, status_review(old, new, version=version)).get_json()
+    assert status["apiVersion"] == version
+    assert status["response"]["allowed"] is False
+    assert "hami.io/bind-phase may only be changed" in status["response"]["status"]["message"]
+    forged = post(client, path, binding_review(binding("train", {"hami.io/vgpu-node": "n1"}),
+                                               version=version)).get_json()["response"]
+    assert forged["allowed"] is False and forged["status"]["code"] == 403
+    assert "alice may not bind pod 'train'" in forged["status"]["message"]
+    plain = post(client, path, binding_review(binding("web"), user="system:kube-scheduler",
+                                              version=version)).get_json()["response"]
+    assert plain == {"uid": plain["uid"], "allowed": True}
+
+
+@pytest.mark.parametrize("obj", [{"kind": "Binding", "metadata": []}, {"kind": "Binding"},
+                                 {"kind": "Binding", "metadata": {"annotations": "x"}}])
+def test_malformed_binding_is_answered_not_a_500(client, obj):
+    resp = post(client, "/validate", binding_review(obj))
+    assert resp.status_code == 200 and resp.get_json()["response"]["allowed"] is True

@@ -2,8 +2,9 @@
 
 import pytest
 
-from tests.builders import COUNT, CORE, MEMORY, container as c, pod
-from webhook.admission.validate import Rules, check_create, check_update
+from tests.builders import COUNT, CORE, MEMORY, binding, container as c, pod
+from webhook.admission.validate import Rules, check_binding, check_create, check_update
+from webhook.annotations import ALLOCATION_KEYS
 from webhook.config import AllocatorConfig, Config, MthreadsConfig, parse_config
 from webhook.pods import InvalidRequest, Kind, parse_quantity
 
@@ -239,3 +240,53 @@ def test_card_count_is_bounded(p, words):
 
 def test_64_whole_cards_are_allowed():
     assert check_create(pod(c("a", 32), c("b", 32)), rules(), "alice").cards == 64
+
+
+# -- pods/binding: a Binding's annotations are merged into the pod (rule 10) ---------------------
+
+KEYS = sorted(ALLOCATION_KEYS)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_binding_carrying_an_allocation_key_is_denied(key):
+    with pytest.raises(InvalidRequest) as e:
+        check_binding(binding("train", {key: "x", "example.com/note": "y"}), rules(), "alice")
+    assert e.value.rule == 10
+    assert e.value.message == (f"annotation {key} may only be written by the allocator ({ALLOCATOR}); "
+                               f"alice may not bind pod 'train' with it")
+
+
+@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("user, config", [
+    (ALLOCATOR, Config()),
+    ("plugin", Config(allocator=AllocatorConfig(extra_writers=("plugin",)))),
+    ("alice", Config(mthreads=MthreadsConfig(enabled=False))),  # disabled: rule 10 too
+], ids=["allocator", "extra-writer", "disabled"])
+def test_writers_may_bind_with_allocation_keys(key, user, config):
+    check_binding(binding("train", {key: "x"}), Rules.of(config), user)
+
+
+@pytest.mark.parametrize("b", [
+    binding("web"),  # what default-scheduler posts
+    binding("web", {}),
+    binding("web", {"example.com/note": "x", "mthreads.com/card-model": "MTT-S4000"}),
+    {"apiVersion": "v1", "kind": "Binding"},  # malformed below: no key can be read, nothing merged
+    {"kind": "Binding", "metadata": []},
+    {"kind": "Binding", "metadata": {"annotations": ["hami.io/bind-phase"]}},
+    {"kind": "Binding", "metadata": {"annotations": "hami.io/bind-phase=x"}},
+    {"kind": "Binding", "metadata": {"annotations": None}},
+], ids=["no-annotations", "empty", "other-keys", "no-metadata", "metadata-list",
+        "annotations-list", "annotations-string", "annotations-null"])
+def test_other_bindings_are_allowed(b):
+    check_binding(b, rules(), "system:kube-scheduler")
+
+
+@pytest.mark.parametrize("meta, user, words", [
+    ({"annotations": dict.fromkeys(KEYS, "x")}, "alice", [f"annotation {KEYS[0]} ", "bind a pod"]),
+    ({"name": ["x"], "annotations": {"hami.io/bind-phase": "x"}}, "alice", ["bind a pod"]),
+    ({"name": "p", "annotations": {"hami.io/bind-phase": "x"}}, "", ["anonymous may not bind pod 'p'"]),
+])
+def test_binding_denial_messages(meta, user, words):
+    with pytest.raises(InvalidRequest) as e:
+        check_binding({"kind": "Binding", "metadata": meta}, rules(), user)
+    assert all(w in e.value.message for w in words), e.value.message

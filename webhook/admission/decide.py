@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..pods import InvalidRequest
 from . import review as rv
 from .mutate import patch_for
-from .validate import Rules, check_create, check_update
+from .validate import Rules, check_binding, check_create, check_update
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,13 @@ class Outcome:
 
 def decide(review: rv.Review, rules: Rules, mutating: bool) -> Outcome:
     """Both webhooks deny what breaks a rule; only the mutating one patches."""
-    if not review.is_pod or review.operation not in ("CREATE", "UPDATE"):
+    if not (review.is_pod or review.is_binding) or review.operation not in ("CREATE", "UPDATE"):
         return Outcome(rv.allow(review), "allowed")
     try:
+        if review.is_binding:  # pods/binding or the legacy `bindings`; never patched
+            check_binding(review.obj, rules, review.username)
+            return Outcome(rv.allow(review), "allowed")
+        # A pods/status UPDATE is a Pod too, and may change annotations: the same rule 10.
         if review.operation == "UPDATE":
             check_update(review.old_obj, review.obj, rules, review.username)
             return Outcome(rv.allow(review), "allowed")

@@ -29,6 +29,10 @@ class Review:
     obj: dict | None
     old_obj: dict | None
     username: str
+    # A pods/binding (or legacy `bindings`) CREATE: obj is a Binding, whose annotations the
+    # API server merges into the pod it binds.
+    is_binding: bool = False
+    sub_resource: str = ""  # "status", "binding", ...; "" for the pod itself
 
 
 def decode(body: bytes) -> Review:
@@ -61,16 +65,22 @@ def decode(body: bytes) -> Review:
         raise BadReview("request.oldObject is missing on UPDATE")
     user = req.get("userInfo")
     username = user.get("username") if isinstance(user, dict) else None
-    return Review(version, uid, op, _is_pod(req, obj), obj if isinstance(obj, dict) else None,
+    sub = req.get("subResource")
+    kind = _core_kind(req, obj)
+    return Review(version, uid, op, kind == "Pod", obj if isinstance(obj, dict) else None,
                   old if isinstance(old, dict) else None,
-                  username if isinstance(username, str) else "")
+                  username if isinstance(username, str) else "",
+                  is_binding=kind == "Binding", sub_resource=sub if isinstance(sub, str) else "")
 
 
-def _is_pod(req: dict, obj: Any) -> bool:
+def _core_kind(req: dict, obj: Any) -> str:
+    """The kind of a core-group (v1) object under review, else ""."""
     kind = req.get("kind")
     if isinstance(kind, dict):
-        return kind.get("kind") == "Pod" and kind.get("group", "") == ""
-    return isinstance(obj, dict) and obj.get("kind") == "Pod"
+        name = kind.get("kind")
+        return name if isinstance(name, str) and kind.get("group", "") == "" else ""
+    name = obj.get("kind") if isinstance(obj, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def allow(review: Review, patch: list[dict] | None = None) -> dict:

@@ -69,6 +69,21 @@ def check_update(old: dict, new: dict, rules: Rules, username: str) -> None:
                                  f"({rules.config.allocator.user}), not by {username or 'anonymous'}")
 
 
+def check_binding(binding: dict, rules: Rules, username: str) -> None:
+    """A Binding's annotations are merged into the pod it binds (SPEC 4, the allocator's one
+    write), so carrying an allocation key is writing it: rule 10, as on UPDATE."""
+    if not rules.config.mthreads.enabled or username in rules.writers:
+        return
+    forged = sorted(keys.ALLOCATION_KEYS.intersection(annotations_of(binding)))
+    if forged:
+        meta = binding.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        pod = f"pod {name!r}" if isinstance(name, str) and name else "a pod"
+        raise InvalidRequest(10, f"annotation {forged[0]} may only be written by the allocator "
+                                 f"({rules.config.allocator.user}); {username or 'anonymous'} "
+                                 f"may not bind {pod} with it")
+
+
 def _refuse_allocation_keys(ann: dict) -> None:
     forged = sorted(keys.ALLOCATION_KEYS.intersection(ann))
     if forged:
