@@ -141,23 +141,29 @@ def run_wrk(wrk: str, cpu: int, url: str, body: Path, connections: int, seconds:
 class Server:
     """One gunicorn server on 127.0.0.1, pinned to a core; stopped by its PID."""
 
-    def __init__(self, name: str, module: list[str], certs: Path, cpu: int, log: Path):
+    def __init__(self, name: str, module: list[str], certs: Path, cpu: int | None, log: Path,
+                 wrapper: tuple[str, ...] = (), cwd: Path | None = None):
+        """`cpu` None: not pinned; `wrapper` runs Python under it (valgrind, for
+        bench/instructions.py); `cwd` another source tree to import the modules from."""
         self.name = name
         self.port = free_ports(1)[0]
         self.url = f"https://127.0.0.1:{self.port}"
         self.ca = certs / "ca.crt"
         self.log = log
-        self.argv = ["taskset", "-c", str(cpu), sys.executable, "-m", *module,
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        self.argv = [*pin, *wrapper, sys.executable, "-m", *module,
                      "--bind", f"127.0.0.1:{self.port}",
                      "--cert-file", str(certs / "tls.crt"), "--key-file", str(certs / "tls.key")]
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.tls = ssl.create_default_context(cafile=str(self.ca))
 
-    def start(self) -> "Server":
+    def start(self, timeout: float = READY_TIMEOUT) -> "Server":
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
         with open(self.log, "ab") as log:  # taskset execs: the PID is gunicorn's master
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + READY_TIMEOUT
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         cwd=self.cwd)
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; "
@@ -169,7 +175,7 @@ class Server:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT:.0f} s")
+        raise RuntimeError(f"{self.name} not ready in {timeout:.0f} s")
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.tls, timeout=5)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any
 
 from . import annotations as keys
 from .cards import CORES_PER_CARD, CardModel, Fleet
@@ -62,35 +61,39 @@ class PodRequest:
     asks: tuple[ContainerAsk, ...]  # init containers first, as in the annotations
     model: str | None  # the mthreads.com/card-model the pod names
     models: tuple[CardModel, ...]  # the models whose cards can serve the pod
+    # Derived from `asks` once, when built: they are read several times per review, and a
+    # cached_property's first read (behind a lock) cost more than working them out.
+    kind: Kind = field(init=False, repr=False, compare=False)
+    cards: int = field(init=False, repr=False, compare=False)  # one for slices (they share it)
+    slices: tuple[ContainerAsk, ...] = field(init=False, repr=False, compare=False)
 
-    @cached_property  # read several times per review
-    def kind(self) -> Kind:
-        kinds = {a.kind for a in self.asks}
-        return Kind.SLICE if Kind.SLICE in kinds else Kind.WHOLE if Kind.WHOLE in kinds else Kind.NONE
-
-    @cached_property  # read several times per review
-    def cards(self) -> int:
-        """How many cards the pod holds: one for slices (they share it), else the sum."""
-        if self.kind is Kind.SLICE:
-            return 1
-        return sum(a.cards for a in self.asks)
-
-    @cached_property  # read several times per review
-    def slices(self) -> tuple[ContainerAsk, ...]:
-        return tuple(a for a in self.asks if a.kind is Kind.SLICE)
+    def __post_init__(self) -> None:
+        slices, cards, whole = [], 0, False
+        for a in self.asks:
+            if a.kind is Kind.SLICE:
+                slices.append(a)
+            elif a.kind is Kind.WHOLE:
+                whole = True
+            cards += a.cards
+        kind = Kind.SLICE if slices else Kind.WHOLE if whole else Kind.NONE
+        object.__setattr__(self, "kind", kind)  # frozen: the dataclass way to set a field
+        object.__setattr__(self, "cards", 1 if slices else cards)
+        object.__setattr__(self, "slices", tuple(slices))
 
 
-def containers(pod: dict) -> Iterator[tuple[bool, int, dict]]:
-    """(is_init, index, container) for every container, init containers first."""
+def containers(pod: dict) -> list[tuple[bool, int, dict]]:
+    """(is_init, index, container) for every container, init containers first.
+
+    A list, so that one admission walks the pod once and hands it on (`items=`)."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
-        return
-    for init, field in ((True, "initContainers"), (False, "containers")):
-        items = spec.get(field)
+        return []
+    out = []
+    for init, key in ((True, "initContainers"), (False, "containers")):
+        items = spec.get(key)
         if isinstance(items, list):
-            for i, c in enumerate(items):
-                if isinstance(c, dict):
-                    yield init, i, c
+            out += [(init, i, c) for i, c in enumerate(items) if isinstance(c, dict)]
+    return out
 
 
 def container_name(c: dict) -> str:
@@ -106,17 +109,9 @@ def _resource_maps(c: dict) -> tuple[dict, dict]:
     return (limits if isinstance(limits, dict) else {}), (requests if isinstance(requests, dict) else {})
 
 
-def raw_quantity(c: dict, resource: str) -> Any:
+def _raw(limits: dict, requests: dict, resource: str) -> Any:
     """The value of a resource from limits, else requests, else None."""
-    limits, requests = _resource_maps(c)
-    if resource in limits:
-        return limits[resource]
-    return requests.get(resource)
-
-
-def names_any(c: dict, resources: tuple[str, ...]) -> bool:
-    limits, requests = _resource_maps(c)
-    return any(r in limits or r in requests for r in resources)
+    return limits[resource] if resource in limits else requests.get(resource)
 
 
 def parse_quantity(raw: Any) -> int | None:
@@ -141,9 +136,18 @@ def resource_names(mt: MthreadsConfig) -> tuple[str, str, str]:
     return mt.count_resource, mt.memory_resource, mt.core_resource
 
 
-def is_mthreads_pod(pod: dict, names: tuple[str, str, str]) -> bool:
-    """Does any container name the count, memory or core resource? (the hot path)"""
-    return any(names_any(c, names) for _, _, c in containers(pod))
+def is_mthreads_pod(pod: dict, names: tuple[str, str, str],
+                    items: list[tuple[bool, int, dict]] | None = None) -> bool:
+    """Does any container name the count, memory or core resource? (the hot path)
+
+    Only looks the names up in each container's limits and requests, nothing parsed:
+    every review of a plain pod asks this and stops here. `items`: containers(pod)."""
+    for _, _, c in containers(pod) if items is None else items:
+        limits, requests = _resource_maps(c)
+        for r in names:
+            if r in limits or r in requests:
+                return True
+    return False
 
 
 def card_model(pod: dict, fleet: Fleet) -> str | None:
@@ -167,31 +171,23 @@ def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
     tell the whole-card form the webhook writes from a slice of a full card.
     """
     name = container_name(c)
-    who = f"container {name!r}".replace("'", '"')
     count_r, mem_r, core_r = resource_names(mt)
-    values: dict[str, int | None] = {}
-    for resource in (count_r, mem_r, core_r):
-        raw = raw_quantity(c, resource)
-        if raw is None:
-            values[resource] = None
-            continue
-        value = parse_quantity(raw)
-        if value is None:
-            raise InvalidRequest(1, f"{who}: {resource}={_display(raw)} is not valid; it must be a "
-                                    f"plain positive integer (at most {MAX_QUANTITY})")
-        values[resource] = value
-    count, memory, cores = values[count_r], values[mem_r], values[core_r]
-    if raw_quantity(c, VENDOR_WHOLE_GPU) is not None and (count or memory or cores):
-        raise InvalidRequest(6, f"{who}: {VENDOR_WHOLE_GPU} cannot be combined with "
-                                f"{count_r}, {mem_r} or {core_r}")
+    limits, requests = _resource_maps(c)  # once: each value below is read from them
+    count = _quantity(name, count_r, limits, requests)
+    memory = _quantity(name, mem_r, limits, requests)
+    cores = _quantity(name, core_r, limits, requests)
     if count is None and memory is None and cores is None:
         return ContainerAsk(name, init, index, Kind.NONE)
+    if _raw(limits, requests, VENDOR_WHOLE_GPU) is not None:
+        raise InvalidRequest(6, f"{_who(name)}: {VENDOR_WHOLE_GPU} cannot be combined with "
+                                f"{count_r}, {mem_r} or {core_r}")
     if count is not None and count > MAX_CARDS_PER_POD:
-        raise InvalidRequest(4, f"{who}: {count_r}={count} asks for more cards than one pod may "
-                                f"hold (at most {MAX_CARDS_PER_POD}: a pod's cards are on one node)")
+        raise InvalidRequest(4, f"{_who(name)}: {count_r}={count} asks for more cards than one "
+                                f"pod may hold (at most {MAX_CARDS_PER_POD}: a pod's cards are on "
+                                f"one node)")
     if count is None:
         given = mem_r if memory is not None else core_r
-        raise InvalidRequest(4, f"{who}: {given} is set without {count_r}; "
+        raise InvalidRequest(4, f"{_who(name)}: {given} is set without {count_r}; "
                                 f"set {count_r}: 1 to share one card")
     if memory is None and cores is None:
         return ContainerAsk(name, init, index, Kind.WHOLE, cards=count)
@@ -199,13 +195,30 @@ def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
     if whole_units is not None:
         return ContainerAsk(name, init, index, Kind.WHOLE, count, whole_units, CORES_PER_CARD)
     if count > 1:
-        raise InvalidRequest(4, f"{who}: {count_r}={count} with {mem_r} or {core_r} would share "
-                                f"{count} cards; sharing over several cards is not supported "
+        raise InvalidRequest(4, f"{_who(name)}: {count_r}={count} with {mem_r} or {core_r} would "
+                                f"share {count} cards; sharing over several cards is not supported "
                                 f"(ask for {count_r}: 1, or for whole cards with {count_r} alone)")
     if memory is None:
-        raise InvalidRequest(5, f"{who}: {core_r}={cores} is set without {mem_r}; "
+        raise InvalidRequest(5, f"{_who(name)}: {core_r}={cores} is set without {mem_r}; "
                                 f"a shared card must bound its memory")
     return ContainerAsk(name, init, index, Kind.SLICE, 1, memory, cores)
+
+
+def _who(name: str) -> str:
+    """A container as messages name it; only built for a message."""
+    return f"container {name!r}".replace("'", '"')
+
+
+def _quantity(name: str, resource: str, limits: dict, requests: dict) -> int | None:
+    """One resource's value, parsed (rule 1), from the container's maps already read."""
+    raw = _raw(limits, requests, resource)
+    if raw is None:
+        return None
+    value = parse_quantity(raw)
+    if value is None:
+        raise InvalidRequest(1, f"{_who(name)}: {resource}={_display(raw)} is not valid; it must "
+                                f"be a plain positive integer (at most {MAX_QUANTITY})")
+    return value
 
 
 def _whole_form_units(count: int, memory: int | None, cores: int | None,
@@ -217,12 +230,16 @@ def _whole_form_units(count: int, memory: int | None, cores: int | None,
     return per_card if per_card in capacities else None
 
 
-def read_request(pod: dict, mt: MthreadsConfig, fleet: Fleet) -> PodRequest:
-    """Everything the pod asks for, checked against the fleet (rules 1 to 7 and 11)."""
+def read_request(pod: dict, mt: MthreadsConfig, fleet: Fleet,
+                 items: list[tuple[bool, int, dict]] | None = None) -> PodRequest:
+    """Everything the pod asks for, checked against the fleet (rules 1 to 7 and 11).
+
+    `items`: containers(pod), when the caller has walked the pod already."""
     model = card_model(pod, fleet)
     allowed = fleet.models_for(model)
     capacities = tuple(m.units for m in allowed)
-    asks = tuple(read_container(init, i, c, mt, capacities) for init, i, c in containers(pod))
+    asks = tuple(read_container(init, i, c, mt, capacities)
+                 for init, i, c in (containers(pod) if items is None else items))
     request = PodRequest(asks, model, allowed)
     if request.kind is Kind.SLICE:
         return PodRequest(asks, model, _slice_models(request, mt, fleet, allowed))
@@ -235,20 +252,22 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
                   allowed: tuple[CardModel, ...]) -> tuple[CardModel, ...]:
     """Rules 2, 3 and 7: the models whose one card can hold every slice of the pod."""
     count_r, mem_r, core_r = resource_names(mt)
-    valid_any = frozenset().union(*(m.valid for m in allowed))
+    # The values valid on any model the pod may use (`allowed` is fleet.models_for(model)).
+    valid_any = fleet.by_name[request.model].valid if request.model else fleet.valid
     for a in request.asks:
-        who = f'container "{a.name}"'
         if a.kind is Kind.WHOLE:
-            raise InvalidRequest(7, f"{who} asks for whole cards beside a shared card in the same "
-                                    f"pod; only one Mthreads card can be shared in a pod")
+            raise InvalidRequest(7, f'container "{a.name}" asks for whole cards beside a shared '
+                                    f"card in the same pod; only one Mthreads card can be shared "
+                                    f"in a pod")
         if a.kind is not Kind.SLICE:
             continue
         if a.memory not in valid_any:
-            raise InvalidRequest(2, f"{who}: {mem_r}={a.memory} is not valid; valid values are "
-                                    f"{fleet.valid_text(request.model)}")
+            raise InvalidRequest(2, f'container "{a.name}": {mem_r}={a.memory} is not valid; '
+                                    f"valid values are {fleet.valid_text(request.model)}")
         if a.cores is not None and not 1 <= a.cores <= CORES_PER_CARD:
-            raise InvalidRequest(3, f"{who}: {core_r}={a.cores} is not valid; valid values are "
-                                    f"1 to {CORES_PER_CARD} (core groups per card)")
+            raise InvalidRequest(3, f'container "{a.name}": {core_r}={a.cores} is not valid; '
+                                    f"valid values are 1 to {CORES_PER_CARD} (core groups per "
+                                    f"card)")
     slices = request.slices
     memory = sum(a.memory for a in slices)
     cores = sum(a.cores or 0 for a in slices)

@@ -121,6 +121,21 @@ def test_body_just_under_the_limit_is_read(client):
     assert post(client, "/validate", r).get_json()["response"]["allowed"] is True
 
 
+@pytest.mark.parametrize("size, status", [(MAX_BODY + 1, 413), (6 * 1024 * 1024, 200)])
+def test_body_limit_when_the_server_ends_the_body(size, status):
+    """gunicorn sets wsgi.input_terminated: the app reads the body in one call then."""
+    client = create_app(Config()).test_client()
+    client.environ_base["wsgi.input_terminated"] = True
+    r = review(pod(c("web", extra={"cpu": "1"})))
+    r["request"]["object"]["metadata"]["annotations"] = {"big": ""}
+    body = json.dumps(r)
+    body = body.replace('"big": ""', f'"big": "{"x" * (size - len(body))}"')
+    assert len(body) == size
+    resp = post(client, "/validate", body)
+    assert resp.status_code == status
+    assert status != 200 or resp.get_json()["response"]["allowed"] is True
+
+
 @pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON"])
 def test_json_content_type_with_parameters_or_case_is_accepted(client, content_type):
     resp = post(client, "/validate", json.dumps(review(pod())), content_type=content_type)

@@ -38,15 +38,19 @@ def is_mirror(pod: dict) -> bool:
 
 def check_create(pod: dict, rules: Rules, username: str) -> PodRequest | None:
     """Admit a new pod or raise InvalidRequest; the request of an Mthreads pod, else None."""
-    if not rules.config.mthreads.enabled or is_mirror(pod):
+    if not rules.config.mthreads.enabled:
+        return None
+    ann = annotations_of(pod)
+    if keys.MIRROR in ann:  # is_mirror(pod)
         return None
     writer = username in rules.writers
-    if not writer:
-        _refuse_allocation_keys(annotations_of(pod))
-    if not is_mthreads_pod(pod, rules.names):
+    if not writer and not keys.ALLOCATION_KEYS.isdisjoint(ann):  # the usual case costs one test
+        _refuse_allocation_keys(ann)
+    items = containers(pod)  # walked once, for the three rules below
+    if not is_mthreads_pod(pod, rules.names, items):
         return None
-    request = read_request(pod, rules.config.mthreads, rules.fleet)
-    for _, _, c in containers(pod):
+    request = read_request(pod, rules.config.mthreads, rules.fleet, items)
+    for _, _, c in items:
         sc = c.get("securityContext")
         if isinstance(sc, dict) and sc.get("privileged") is True:
             raise InvalidRequest(8, f'container "{container_name(c)}": privileged containers are '
