@@ -91,7 +91,10 @@ def _answer(rules: Rules, mutating: bool, metrics: WebhookMetrics,
     if environ.get("CONTENT_TYPE") != "application/json" and request.mimetype != "application/json":
         return 415, {"error": f"content type {request.mimetype or 'none'!r} is not "
                               f"application/json"}, "bad_request"
-    body = _body(environ)
+    try:
+        body = _body(environ)
+    except OSError as e:  # the client stopped sending: reset, or its read budget spent
+        return 408, {"error": f"request body not received in full: {e}"}, "bad_request"
     try:
         review = rv.decode(body)
     except rv.BadReview as e:

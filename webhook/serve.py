@@ -4,7 +4,7 @@ Settings measured on this project's 2-core machines (see docs/serving.md):
 gthread keeps the API server's connections alive; keep-alive outlasts the 90 s
 idle timeout of the API server's Go client, so the server never closes a
 connection just as a POST goes out on it (Go does not retry a POST, and the
-API server would see EOF).
+API server would see EOF). Slow clients are bounded by webhook/slow_clients.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gunicorn.app.base import BaseApplication
 
+from . import slow_clients
 from .config import Config
 from .tls import ServingCertificate
 
@@ -43,10 +44,11 @@ class WebhookServer(BaseApplication):
         o = self.options
         settings = {
             "bind": o.bind, "workers": o.workers, "threads": o.threads,
-            "worker_class": "gthread", "keepalive": o.keepalive, "timeout": o.timeout,
-            "graceful_timeout": o.graceful_timeout,
+            "worker_class": slow_clients.BoundedThreadWorker,  # gthread, slow clients bounded
+            "keepalive": o.keepalive, "timeout": o.timeout, "graceful_timeout": o.graceful_timeout,
             "certfile": o.cert_file, "keyfile": o.key_file,
-            "ssl_context": lambda conf, default_factory: self.certificate.context(),
+            "ssl_context": lambda conf, default_factory:
+                slow_clients.budgeted(self.certificate.context()),
             "accesslog": "-" if o.access_log else None, "errorlog": "-", "loglevel": "info",
             "proc_name": "mthreads-webhook",
         }

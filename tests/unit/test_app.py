@@ -1,6 +1,7 @@
 """The HTTP protocol through Flask's test client: versions, uid, errors, metrics."""
 
 import base64
+import io
 import json
 
 import jsonpatch
@@ -134,6 +135,26 @@ def test_body_limit_when_the_server_ends_the_body(size, status):
     resp = post(client, "/validate", body)
     assert resp.status_code == status
     assert status != 200 or resp.get_json()["response"]["allowed"] is True
+
+
+class _StalledBody(io.BytesIO):
+    """A body stream whose read fails as gunicorn's does when a client stops sending."""
+
+    def read(self, *args):
+        raise TimeoutError("not received within the read budget of 3 s")
+
+    readinto = readline = read
+
+
+def test_a_body_that_stops_coming_is_408_naming_why():
+    """Under gunicorn (wsgi.input_terminated) a stalled read raises; the answer says so."""
+    client = create_app(Config()).test_client()
+    environ = {"wsgi.input": _StalledBody(), "CONTENT_LENGTH": "100",
+               "wsgi.input_terminated": True}
+    resp = client.post("/validate", content_type="application/json", environ_overrides=environ)
+    assert resp.status_code == 408
+    assert resp.get_json() == {"error": "request body not received in full: "
+                                        "not received within the read budget of 3 s"}
 
 
 @pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "Application/JSON"])
