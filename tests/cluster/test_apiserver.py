@@ -23,6 +23,18 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _nodes_removed_after(kube_cluster):
+    """Delete the fake nodes made here: ready Mthreads capacity left behind would be a place
+    for the allocator tests' pods, which count where theirs land."""
+    core = client.CoreV1Api(kube_cluster.api_client(ADMIN))
+    before = {n.metadata.name for n in core.list_node().items}
+    yield
+    for n in core.list_node().items:
+        if n.metadata.name not in before:
+            core.delete_node(n.metadata.name)
+
+
 def eventually(check, timeout: float = 10.0):
     """Retry `check` until it stops raising (RBAC changes reach the authorizer a bit later)."""
     deadline = time.monotonic() + timeout
