@@ -7,6 +7,18 @@ import uuid
 
 COUNT, MEMORY, CORE = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
 
+# What the allocator writes on a pod it binds to node-1's card 0 (SPEC 4).
+ALLOCATED = {
+    "hami.io/mthreads-vgpu-devices-allocated": "node-1-mthreads-0,Mthreads,16384,8:;",
+    "mthreads.com/gpu-index": "0",
+    "mthreads.com/predicate-node": "node-1",
+    "hami.io/vgpu-node": "node-1",
+    "mthreads.com/predicate-time": "1767225600000000000",
+    "hami.io/vgpu-time": "1767225600",
+    "hami.io/bind-time": "1767225600",
+    "hami.io/bind-phase": "allocating",
+}
+
 
 def container(name: str = "main", count=None, memory=None, cores=None, *, requests_only=False,
               extra: dict | None = None, privileged: bool | None = None) -> dict:

@@ -20,6 +20,7 @@ import yaml
 
 from webhook.annotations import ALLOCATION_KEYS
 
+from tests.builders import ALLOCATED
 from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, free_ports
 from tests.harness.kubectl import kubectl
 from tests.harness.registration import webhook_configurations
@@ -28,16 +29,6 @@ from tests.harness.webhook import WebhookProcess
 pytestmark = pytest.mark.cluster
 
 KEYS = sorted(ALLOCATION_KEYS)
-VALUES = {  # what the allocator writes (SPEC 4)
-    "hami.io/mthreads-vgpu-devices-allocated": "node-1-mthreads-0,Mthreads,16384,8:;",
-    "mthreads.com/gpu-index": "0",
-    "mthreads.com/predicate-node": "node-1",
-    "hami.io/vgpu-node": "node-1",
-    "mthreads.com/predicate-time": "1767225600000000000",
-    "hami.io/vgpu-time": "1767225600",
-    "hami.io/bind-time": "1767225600",
-    "hami.io/bind-phase": "allocating",
-}
 DENIED_CREATE = "is written by the allocator when it binds the pod"
 DENIED_UPDATE = "may only be changed by the allocator"
 IGNORE = {"hami.io/webhook": "ignore"}
@@ -162,17 +153,17 @@ def api(kube_cluster):
 def test_a_user_cannot_create_a_pod_with_an_allocation_annotation(kube_cluster, ns, key, mthreads):
     name = f"forged-{uuid.uuid4().hex[:6]}"
     out = kubectl(kube_cluster, ALICE, "create", "-n", ns, "-f", "-",
-                  stdin=json.dumps(a_pod(name, mthreads, {key: VALUES[key]})))
+                  stdin=json.dumps(a_pod(name, mthreads, {key: ALLOCATED[key]})))
     assert out.returncode != 0, f"alice created a pod carrying {key}"
     assert DENIED_CREATE in out.stderr and key in out.stderr, out.stderr
     assert kubectl(kube_cluster, ADMIN, "get", "pod", name, "-n", ns).returncode != 0
 
 
 def test_the_allocator_can_create_a_pod_with_every_allocation_annotation(api, ns):
-    resp = api[ALLOCATOR].create(ns, a_pod("by-allocator", annotations=VALUES))
+    resp = api[ALLOCATOR].create(ns, a_pod("by-allocator", annotations=ALLOCATED))
     assert resp.status_code == 201, resp.text
     stored = api[ALLOCATOR].get(ns, "by-allocator")["metadata"]["annotations"]
-    assert {k: stored[k] for k in KEYS} == VALUES
+    assert {k: stored[k] for k in KEYS} == ALLOCATED
 
 
 def test_a_user_cannot_create_an_mthreads_pod_with_node_name(kube_cluster, api, ns):
@@ -201,7 +192,7 @@ def test_a_user_cannot_set_node_name_on_an_existing_pod(api, ns):
 def targets(api, ns):
     """A pod of alice's without allocation, and one the allocator made with all of them."""
     assert api[ALICE].create(ns, a_pod("plain")).status_code == 201
-    assert api[ALLOCATOR].create(ns, a_pod("bound", annotations=VALUES)).status_code == 201
+    assert api[ALLOCATOR].create(ns, a_pod("bound", annotations=ALLOCATED)).status_code == 201
     return "plain", "bound"
 
 
@@ -228,7 +219,7 @@ def _attempts(api, kube_cluster, ns, key, plain, bound):
     pod["metadata"]["annotations"][key] = "x"
     yield "PUT (change)", a.put(ns, pod)
     pod = a.get(ns, plain)
-    pod["metadata"].setdefault("annotations", {})[key] = VALUES[key]
+    pod["metadata"].setdefault("annotations", {})[key] = ALLOCATED[key]
     yield "PUT (add)", a.put(ns, pod)
 
 
@@ -258,7 +249,7 @@ def test_the_allocator_can_add_change_and_remove_them(kube_cluster, api, ns):
     assert api[ALICE].create(ns, a_pod("for-allocator")).status_code == 201
     al = api[ALLOCATOR]
     out = kubectl(kube_cluster, ALLOCATOR, "annotate", "-n", ns, "pod/for-allocator",
-                  *(f"{k}={v}" for k, v in VALUES.items()))
+                  *(f"{k}={v}" for k, v in ALLOCATED.items()))
     assert out.returncode == 0, out.stderr
     phase = f"/metadata/annotations/{escape('hami.io/bind-phase')}"
     replace = al.patch(ns, "for-allocator", [{"op": "replace", "path": phase, "value": "success"}])
@@ -303,7 +294,7 @@ def bind(api: Api, ns: str, name: str, binding: dict, legacy: bool = False) -> r
 
 def test_a_user_without_binding_rights_cannot_bind_with_annotations(api, ns):
     assert api[ALICE].create(ns, a_pod("to-bind")).status_code == 201
-    binding = a_binding("to-bind", VALUES)
+    binding = a_binding("to-bind", ALLOCATED)
     resp = bind(api[ALICE], ns, "to-bind", binding)
     assert resp.status_code == 403, resp.text  # RBAC: pods/binding is the allocator's
     assert not set(KEYS) & set(api[ALICE].get(ns, "to-bind")["metadata"].get("annotations", {}))
@@ -313,7 +304,7 @@ def test_a_user_without_binding_rights_cannot_bind_with_annotations(api, ns):
 def test_pods_status_cannot_change_allocation_annotations(api, status_ns, labels):
     """pods/status is reviewed like an UPDATE of the pod, whatever the pod's labels."""
     ns, name = status_ns, f"bound-{uuid.uuid4().hex[:6]}"
-    pod = a_pod(name, annotations=VALUES)
+    pod = a_pod(name, annotations=ALLOCATED)
     if labels:
         pod["metadata"]["labels"] = dict(labels)
     assert api[ALLOCATOR].create(ns, pod).status_code == 201
@@ -332,7 +323,7 @@ def test_pods_status_cannot_change_allocation_annotations(api, status_ns, labels
     for what, resp in attempts.items():
         assert resp.status_code == 403 and DENIED_UPDATE in resp.text, f"{what}: {resp.text[:300]}"
     stored = api[ALICE].get(ns, name)["metadata"]["annotations"]
-    assert {k: stored.get(k) for k in KEYS} == VALUES
+    assert {k: stored.get(k) for k in KEYS} == ALLOCATED
     # What a kubelet does through pods/status stays allowed: status, and unrelated metadata.
     report = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]},
               "metadata": {"annotations": {"example.com/note": "x"}}}
@@ -355,7 +346,7 @@ def test_a_binding_cannot_carry_forged_allocation_annotations(api, status_ns, ho
     if how == "opted-out pod":
         pod["metadata"]["labels"] = dict(IGNORE)
     assert api[ALICE].create(ns, pod).status_code == 201
-    binding = a_binding(name, VALUES, labels=IGNORE if how == "binding labelled ignore" else None)
+    binding = a_binding(name, ALLOCATED, labels=IGNORE if how == "binding labelled ignore" else None)
     resp = bind(api[ALICE], ns, name, binding, legacy=how == "bindings")
     assert resp.status_code == 403 and DENIED_BINDING in resp.text, resp.text
     assert f"alice may not bind pod '{name}'" in resp.json()["message"]
@@ -369,11 +360,11 @@ def test_the_allocator_binds_with_annotations_and_others_bind_plain_pods(api, st
     ns, tag = status_ns, uuid.uuid4().hex[:6]
     # the allocator's (and the extender's) one write: node and every annotation at once
     assert api[ALICE].create(ns, a_pod(f"gpu-{tag}")).status_code == 201
-    resp = bind(api[ALLOCATOR], ns, f"gpu-{tag}", a_binding(f"gpu-{tag}", VALUES), legacy)
+    resp = bind(api[ALLOCATOR], ns, f"gpu-{tag}", a_binding(f"gpu-{tag}", ALLOCATED), legacy)
     assert resp.status_code == 201, resp.text
     stored = api[ALICE].get(ns, f"gpu-{tag}")
     assert stored["spec"]["nodeName"] == "node-1"
-    assert {k: stored["metadata"]["annotations"][k] for k in KEYS} == VALUES
+    assert {k: stored["metadata"]["annotations"][k] for k in KEYS} == ALLOCATED
     # a second scheduler binding a pod without allocation keys, as default-scheduler does
     assert api[ALICE].create(ns, a_pod(f"web-{tag}", mthreads=False)).status_code == 201
     resp = bind(api[ALICE], ns, f"web-{tag}", a_binding(f"web-{tag}", {"example.com/note": "x"}),
@@ -419,7 +410,7 @@ def test_an_outage_of_the_subresource_review_blocks_no_status_update_or_binding(
         report = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]}}
         resp = api[ALICE].patch(ns, f"report-{tag}", report, "strategic", sub="status")
         assert resp.status_code == 200, resp.text
-        resp = bind(api[ALLOCATOR], ns, f"gpu-{tag}", a_binding(f"gpu-{tag}", VALUES))
+        resp = bind(api[ALLOCATOR], ns, f"gpu-{tag}", a_binding(f"gpu-{tag}", ALLOCATED))
         assert resp.status_code == 201, resp.text
         assert time.monotonic() - started < 5  # a refused connection costs no timeout
     finally:

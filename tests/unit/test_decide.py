@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from tests.builders import binding, binding_review, container as c, pod, review, status_review
+from tests.builders import (ALLOCATED, binding, binding_review, container as c, pod, review,
+                            status_review)
 from webhook.admission import review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules
@@ -18,19 +19,9 @@ ALLOCATOR = "system:serviceaccount:kube-system:mthreads-allocator"
 KUBELET = "system:node:node-1"
 PLUGIN = "mthreads-device-plugin"  # an extra writer, as a device plugin updating bind-phase
 KEYS = sorted(ALLOCATION_KEYS)
-VALUES = {  # what the allocator writes (SPEC 4)
-    "hami.io/mthreads-vgpu-devices-allocated": "node-1-mthreads-0,Mthreads,16384,8:;",
-    "mthreads.com/gpu-index": "0",
-    "mthreads.com/predicate-node": "node-1",
-    "hami.io/vgpu-node": "node-1",
-    "mthreads.com/predicate-time": "1767225600000000000",
-    "hami.io/vgpu-time": "1767225600",
-    "hami.io/bind-time": "1767225600",
-    "hami.io/bind-phase": "allocating",
-}
 RULES = Rules.of(Config(allocator=AllocatorConfig(extra_writers=(PLUGIN,))))
 PLAIN = pod(c("train", 1, 32, 8), name="train")
-BOUND = pod(c("train", 1, 32, 8), node="node-1", name="train", annotations=VALUES)
+BOUND = pod(c("train", 1, 32, 8), node="node-1", name="train", annotations=ALLOCATED)
 
 
 def outcome(body: dict, mutating: bool = False):
@@ -73,7 +64,7 @@ STATUS_CASES = []
 for key in KEYS:
     STATUS_CASES += [
         (f"change {key}", BOUND, edited(BOUND, {key: "x"}, status=RUNNING)),
-        (f"add {key}", PLAIN, edited(PLAIN, {key: VALUES[key]})),
+        (f"add {key}", PLAIN, edited(PLAIN, {key: ALLOCATED[key]})),
         (f"remove {key}", BOUND, edited(BOUND, {key: None}, status=RUNNING)),
     ]
 
@@ -113,7 +104,7 @@ def test_other_status_updates_are_allowed(old, new):
 @pytest.mark.parametrize("mutating", [False, True], ids=["validate", "mutate"])
 @pytest.mark.parametrize("key", KEYS)
 def test_a_binding_with_an_allocation_key_is_denied(key, mutating, legacy):
-    out = outcome(binding_review(binding("train", {key: VALUES[key]}), legacy=legacy), mutating)
+    out = outcome(binding_review(binding("train", {key: ALLOCATED[key]}), legacy=legacy), mutating)
     assert (out.result, out.rule) == ("denied", 10)
     assert out.response["response"]["status"]["message"] == (
         f"annotation {key} may only be written by the allocator ({ALLOCATOR}); "
@@ -122,7 +113,7 @@ def test_a_binding_with_an_allocation_key_is_denied(key, mutating, legacy):
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["pods-binding", "bindings"])
 @pytest.mark.parametrize("user, annotations", [
-    (ALLOCATOR, VALUES),  # the allocator's (and the extender's) one write
+    (ALLOCATOR, ALLOCATED),  # the allocator's (and the extender's) one write
     (PLUGIN, {"hami.io/bind-phase": "allocating"}),
     ("system:kube-scheduler", None),  # default-scheduler binding a plain pod
     ("system:kube-scheduler", {"example.com/note": "x"}),
@@ -145,14 +136,14 @@ def test_malformed_bindings_are_allowed_not_errors(obj):
 
 
 def test_other_kinds_and_operations_are_allowed_as_before():
-    forged = binding("train", VALUES)
+    forged = binding("train", ALLOCATED)
     assert outcome(review(forged, kind="Binding", sub_resource="binding", operation="DELETE")
                    ).result == "allowed"
     other_group = binding_review(forged)
     other_group["request"]["kind"]["group"] = "example.com"
     assert outcome(other_group).result == "allowed"
     # a pod's eviction is not a write of its annotations
-    eviction = review({"kind": "Eviction", "metadata": {"name": "train", "annotations": VALUES}},
+    eviction = review({"kind": "Eviction", "metadata": {"name": "train", "annotations": ALLOCATED}},
                       kind="Eviction", sub_resource="eviction", resource="pods")
     eviction["request"]["kind"]["group"] = "policy"
     assert outcome(eviction).result == "allowed"
