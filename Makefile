@@ -46,7 +46,11 @@ demo: install
 # Benchmarks, tables in docs/benchmarks.md: `make bench`, one part: `make bench BENCH=webhook`,
 # options for bench/run.py: BENCH_ARGS='--rounds 3' (see `python -m bench.run --help`).
 .PHONY: bench
-bench: install
+$(VENV)/.bench-installed: pyproject.toml | install
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $@
+
+bench: install $(VENV)/.bench-installed
 	hack/kube-assets.sh >/dev/null
 	$(BIN)/python -m bench.run $(if $(BENCH),--parts $(BENCH)) $(BENCH_ARGS)
 

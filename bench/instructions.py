@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import pods
+from . import debian, pods
 from .report import Goal, Section, Table
 from .webhook import (BARE, BARE_AGAIN, RPS_GOAL, WEBHOOK_CELLS, Server, _git_commit, _label,
                       _server_settings, _versions, check_answers)
@@ -74,10 +74,7 @@ def estimate(args) -> float:
 
 
 def _tools() -> tuple[str, str]:
-    valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
-    if not valgrind or not control:
-        raise SystemExit("bench: valgrind and callgrind_control are needed (Debian package "
-                         "valgrind): apt-get install -y valgrind")
+    valgrind, control = debian.ensure("valgrind", "valgrind", "callgrind_control")
     return valgrind, control
 
 

@@ -20,6 +20,7 @@ Add a part by writing the module and naming it in PARTS.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import os
 import sys
@@ -77,8 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: unknown part(s) {', '.join(unknown + missing)}; available: "
               f"{', '.join(modules)}", file=sys.stderr)
         return 2
+    shared = args
     for name in wanted:
         module = modules[name]
+        # Each part fills in its own defaults (rounds, durations): give it a copy, so one
+        # part's 13 rounds do not become the next part's.
+        args = copy.copy(shared)
         estimate = getattr(module, "estimate", None)
         eta = f", about {estimate(args) / 60:.0f} min" if estimate else ""
         print(f"bench: {name}: {module.TITLE}{eta}", flush=True)

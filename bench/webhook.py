@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tests.harness.kube import free_ports
 
-from . import pods
+from . import debian, pods
 from .report import Goal, Section, Table
 
 TITLE = "Webhook against the bare stack"
@@ -85,24 +85,8 @@ def estimate(args) -> float:
 # --- wrk ---------------------------------------------------------------------------------
 
 def ensure_wrk() -> str:
-    """wrk from Debian's package, installed when missing (apt-get update only if that fails)."""
-    path = shutil.which("wrk")
-    if path:
-        return path
-    if os.geteuid() != 0:
-        raise SystemExit("bench: wrk is not installed; run: apt-get install -y wrk (as root)")
-    print("bench: installing wrk (Debian package)", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "wrk"]
-    if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
-        r = subprocess.run(install, env=env, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise SystemExit(f"bench: apt-get install wrk failed:\n{r.stderr[-2000:]}")
-    path = shutil.which("wrk")
-    if not path:
-        raise SystemExit("bench: wrk still not found after installing it")
-    return path
+    """wrk from Debian's package (with the Lua scripting the bench's post.lua needs)."""
+    return debian.ensure("wrk", "wrk")[0]
 
 
 def wrk_version(wrk: str) -> str:
