@@ -141,6 +141,33 @@ def endpoints(address: str) -> str:
                      "ports": [{"name": "https", "port": 8443, "protocol": "TCP"}]}]})
 
 
+@contextlib.contextmanager
+def served_behind_the_service(cluster, directory: Path):
+    """The webhook with the config and certificate the chart installed, as the Service's endpoint."""
+    directory.mkdir()
+    for name, data in secret_files(cluster).items():
+        (directory / name).write_bytes(data)
+    config = directory / "config.yaml"
+    config.write_text(get(cluster, "configmap", "mthreads-webhook-config", "-n", NS)["data"]["config.yaml"])
+    with webhook_in_netns(config, directory) as address:
+        assert kubectl(cluster, ADMIN, "apply", "-f", "-", stdin=endpoints(address)).returncode == 0
+        try:
+            yield
+        finally:
+            kubectl(cluster, ADMIN, "delete", "endpoints", "mthreads-webhook", "-n", NS, "--ignore-not-found")
+
+
+def apply_as_alice(cluster, path: Path) -> subprocess.CompletedProcess:
+    """kubectl apply as a tenant; retried while the API server cannot reach the webhook yet
+    (its resolver's informers see new Endpoints within moments)."""
+    deadline = time.monotonic() + 30
+    while True:
+        out = kubectl(cluster, ALICE, "apply", "-n", "team", "-f", str(path))
+        if "failed calling webhook" not in out.stderr or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
+
+
 def test_the_1_20_render_passes_a_server_side_dry_run(cluster):
     for values in ([], ["--set", "mode=extender"], ["--set", "webhook.networkPolicy.enabled=true",
                                                      "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32}"]):
@@ -181,33 +208,21 @@ def test_the_documents_commands(cluster, helm_run, tmp_path):
         assert not can_i(cluster, WEBHOOK_SA, "list", "pods", "-A")
 
         # The API server calls the chart's configurations through the chart's Service.
-        (tmp_path / "tls").mkdir()
-        for name, data in tls.items():
-            (tmp_path / "tls" / name).write_bytes(data)
-        config = tmp_path / "config.yaml"
-        config.write_text(get(cluster, "configmap", "mthreads-webhook-config", "-n", NS)["data"]["config.yaml"])
-        with webhook_in_netns(config, tmp_path / "tls") as address:
-            assert kubectl(cluster, ADMIN, "apply", "-f", "-", stdin=endpoints(address)).returncode == 0
-            assert kubectl(cluster, ADMIN, "create", "namespace", "team").returncode == 0
-            # A tenant's rights on pods (the built-in "edit" is empty: no controller-manager).
-            role = kubectl(cluster, ADMIN, "create", "role", "pod-editor", "-n", "team", "--resource=pods",
-                           "--verb=create,get,list,watch,update,patch,delete")
-            grant = kubectl(cluster, ADMIN, "create", "rolebinding", "alice-pods", "-n", "team",
-                            "--role=pod-editor", f"--user={ALICE}")
-            assert role.returncode == 0 and grant.returncode == 0, role.stderr + grant.stderr
-            applied = None
-            deadline = time.monotonic() + 30  # the resolver's informers see the Endpoints soon
-            while applied is None or applied.returncode != 0:
-                assert time.monotonic() < deadline, applied.stderr
-                time.sleep(0.5 if applied else 0)
-                applied = kubectl(cluster, ALICE, "apply", "-n", "team", "-f", str(POD))
+        assert kubectl(cluster, ADMIN, "create", "namespace", "team").returncode == 0
+        # A tenant's rights on pods (the built-in "edit" is empty: no controller-manager).
+        role = kubectl(cluster, ADMIN, "create", "role", "pod-editor", "-n", "team", "--resource=pods",
+                       "--verb=create,get,list,watch,update,patch,delete")
+        grant = kubectl(cluster, ADMIN, "create", "rolebinding", "alice-pods", "-n", "team",
+                        "--role=pod-editor", f"--user={ALICE}")
+        assert role.returncode == 0 and grant.returncode == 0, role.stderr + grant.stderr
+        with served_behind_the_service(cluster, tmp_path / "s4000"):
+            applied = apply_as_alice(cluster, POD)
+            assert applied.returncode == 0, applied.stderr
             pod = get(cluster, "pod", "gpushare-pod-default", "-n", "team")
             assert pod["spec"]["schedulerName"] == "hami-scheduler"
             assert pod["metadata"]["annotations"]["hami.io/mthreads-vgpu-devices-to-allocate"] == ",Mthreads,16384,8:;"
-            denied = kubectl(cluster, ALICE, "apply", "-n", "team", "-f",
-                             str(POD.parent / "invalid" / "memory-3.yaml"))
-            assert denied.returncode != 0 and "valid values are 2, 4, 8, 16, 32, 64, 96" in denied.stderr
-        assert kubectl(cluster, ADMIN, "delete", "endpoints", "mthreads-webhook", "-n", NS).returncode == 0
+            denied = apply_as_alice(cluster, POD.parent / "invalid" / "memory-3.yaml")
+            assert denied.returncode != 0 and "valid values are 2, 4, 8, 16, 32, 64, 96 " in denied.stderr
 
         # The S5000 values file, applied with helm upgrade: the pods roll by themselves.
         before = template_annotations(cluster)
@@ -218,6 +233,11 @@ def test_the_documents_commands(cluster, helm_run, tmp_path):
         for name in after:
             assert after[name]["checksum/config"] != before[name]["checksum/config"], name
         assert secret_files(cluster) == tls, "helm upgrade must keep the certificate"
+        with served_behind_the_service(cluster, tmp_path / "s5000"):
+            admitted = apply_as_alice(cluster, POD.parent / "s5000-64gib-slice.yaml")  # 128: S5000 only
+            assert admitted.returncode == 0, admitted.stderr
+            denied = apply_as_alice(cluster, POD.parent / "invalid" / "memory-3.yaml")
+            assert "valid values are 2, 4, 8, 16, 32, 64, 128, 160 " in denied.stderr, denied.stderr
     finally:
         uninstall = helm_run("uninstall", "hami", "-n", NS)
     assert uninstall.returncode == 0, uninstall.stderr
@@ -229,3 +249,24 @@ def test_the_documents_commands(cluster, helm_run, tmp_path):
     left = kubectl(cluster, ADMIN, "get", "all,secret,configmap,serviceaccount,role,rolebinding", "-n", NS,
                    "-l", "app.kubernetes.io/name=mthreads-webhook", "-o", "name")
     assert left.stdout.strip() == "", left.stdout
+
+
+def test_an_existing_secret_fills_the_ca_bundles_and_stays(cluster, helm_run, tmp_path):
+    certs = subprocess.run([str(Path(sys.executable).parent / "mthreads-webhook"), "certs", "--out", str(tmp_path),
+                            "--service", "mthreads-webhook", "--namespace", NS],
+                           capture_output=True, text=True, timeout=60)
+    assert certs.returncode == 0, certs.stderr
+    made = kubectl(cluster, ADMIN, "create", "secret", "generic", "my-webhook-tls", "-n", NS,
+                   *(f"--from-file={name}={tmp_path / name}" for name in ("ca.crt", "tls.crt", "tls.key")))
+    assert made.returncode == 0, made.stderr
+    out = helm_run("install", "hami", str(CHART), "-n", NS, "--set", "certificates.mode=secret",
+                   "--set", "certificates.secretName=my-webhook-tls")
+    assert out.returncode == 0, out.stderr
+    try:
+        for kind in CONFIGS:
+            for hook in get(cluster, kind, "mthreads-webhook")["webhooks"]:
+                assert base64.b64decode(hook["clientConfig"]["caBundle"]) == (tmp_path / "ca.crt").read_bytes()
+    finally:
+        uninstall = helm_run("uninstall", "hami", "-n", NS)
+    assert uninstall.returncode == 0, uninstall.stderr
+    assert get(cluster, "secret", "my-webhook-tls", "-n", NS)["data"]  # not the chart's to delete
