@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 BIND ?= 127.0.0.1:8443
 CONFIG ?=
 
-.PHONY: install run test test-unit certs kube-assets demo clean
+.PHONY: install run test test-unit certs kube-assets tools manifests chart-lint demo clean
 
 install: $(VENV)/.installed
 
@@ -27,11 +27,23 @@ run: install certs
 kube-assets:
 	hack/kube-assets.sh
 
-test: install
+# helm and kubectl for the tests and the targets below (pinned, cached; never PATH's).
+tools: install
+	PYTHON=$(BIN)/python hack/tools.sh
+
+# The plain manifests under manifests/ (base, overlays, cert-manager, extender) are rendered
+# from the chart manifests/hami; run after changing the chart (tests fail when they are stale).
+manifests: tools
+	$(BIN)/python hack/render_manifests.py
+
+chart-lint: tools
+	"$$(PYTHON=$(BIN)/python hack/tools.sh | tail -n1)/helm" lint --strict manifests/hami
+
+test: install tools
 	hack/kube-assets.sh >/dev/null
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-unit: install
+test-unit: install tools
 	$(BIN)/python -m pytest -m "not cluster" $(PYTEST_ARGS)
 
 clean:

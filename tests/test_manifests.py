@@ -1,12 +1,15 @@
-"""Static checks of the kustomize manifests and examples (no cluster needed, kubectl required)."""
+"""Static checks of the plain manifests rendered from the chart (manifests/base, overlays, ...)
+and of the examples; the chart itself is tested in tests/chart."""
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+
+from hack.render_manifests import render_all
+from tests.harness.kubectl import KUBECTL
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -22,27 +25,11 @@ FLEETS = {"base": [96], "overlays/s4000": [96], "overlays/s5000": [160],
 IGNORE = {"hami.io/webhook": "ignore"}
 
 
-def kubectl():
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.fail("kubectl is not on PATH: these tests build the manifests with `kubectl kustomize`")
-    return path
-
-
 def build(directory):
-    proc = subprocess.run([kubectl(), "kustomize", str(directory)],
+    proc = subprocess.run([KUBECTL, "kustomize", str(directory)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
-
-
-def build_composed(tmp_path, resource, components):
-    """Build a throwaway overlay; kustomize wants relative paths."""
-    rel = lambda p: os.path.relpath(MANIFESTS / p, tmp_path)
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [rel(resource)], "components": [rel(c) for c in components]}))
-    return build(tmp_path)
 
 
 def one(docs, kind, name):
@@ -99,13 +86,14 @@ def test_everything_namespaced_is_in_kube_system(built):
             assert d["metadata"].get("namespace") == "kube-system", d["metadata"]["name"]
 
 
-def test_composed_overlay_with_both_components(tmp_path):
-    docs = build_composed(tmp_path, "overlays/mixed",
-                          ["components/cert-manager", "components/pdb-policy-v1"])
-    assert one(docs, "PodDisruptionBudget", "mthreads-webhook")["apiVersion"] == "policy/v1"
-    assert one(docs, "Certificate", "mthreads-webhook")["spec"]["secretName"] == "mthreads-webhook-tls"
-    config = yaml.safe_load(by_kind(docs, "ConfigMap")[0]["data"]["config.yaml"])
-    assert config["devices"]["mthreads"]["memoryPerCard"] == [96, 160]
+def test_manifests_are_rendered_from_the_chart():
+    """No object is kept by hand in two places: every file is the chart's render."""
+    rendered = render_all()
+    on_disk = {str(p.relative_to(MANIFESTS)) for d in {Path(r).parent for r in rendered}
+               for p in (MANIFESTS / d).iterdir()}
+    assert on_disk == set(rendered), "files beside the rendered ones: " + ", ".join(sorted(on_disk - set(rendered)))
+    stale = [rel for rel, text in rendered.items() if (MANIFESTS / rel).read_text() != text]
+    assert not stale, f"stale, run `make manifests`: {stale}"
 
 
 # --- config -----------------------------------------------------------------------------------
@@ -113,7 +101,7 @@ def test_composed_overlay_with_both_components(tmp_path):
 def test_config_map_has_the_fleet_capacity_and_spec_shape(built):
     name, docs = built
     (cm,) = by_kind(docs, "ConfigMap")
-    assert cm["metadata"]["name"].startswith("mthreads-webhook-config")
+    assert cm["metadata"]["name"] == "mthreads-webhook-config"
     config = yaml.safe_load(cm["data"]["config.yaml"])
     assert config["devices"]["mthreads"]["memoryPerCard"] == FLEETS[name]
     assert set(config) == {"schedulerName", "forceOverwriteDefaultScheduler", "devices", "allocator"}
@@ -125,7 +113,7 @@ def test_config_map_has_the_fleet_capacity_and_spec_shape(built):
         "nodePolicy": "binpack", "gpuPolicy": "spread"}
     assert config["schedulerName"] == "hami-scheduler"
     assert config["forceOverwriteDefaultScheduler"] is True
-    # Both Deployments mount this (hash-suffixed) ConfigMap.
+    # Both Deployments mount this ConfigMap (and roll when it changes: tests/chart).
     for deploy in by_kind(docs, "Deployment"):
         names = [v["configMap"]["name"] for v in deploy["spec"]["template"]["spec"]["volumes"]
                  if "configMap" in v]
@@ -335,7 +323,7 @@ def test_webhook_deployment_and_service():
 
 def test_allocator_deployment():
     docs = build(MANIFESTS / "base")
-    deploy = one(docs, "Deployment", "mthreads-allocator")
+    deploy = one(docs, "Deployment", "hami-scheduler")  # HAMi's name: the document restarts it
     assert deploy["spec"]["replicas"] == 2
     spec = deploy["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "mthreads-allocator"

@@ -1,7 +1,6 @@
 """The local etcd + kube-apiserver harness itself, against the real server."""
 
 import json
-import shutil
 import subprocess
 import time
 import uuid
@@ -12,10 +11,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, make_fake_node, set_node_ready
+from tests.harness.kubectl import KUBECTL
 
 pytestmark = pytest.mark.cluster
-
-KUBECTL = shutil.which("kubectl")
 
 
 def unique(prefix: str) -> str:
@@ -123,7 +121,6 @@ def test_allocator_identity_authenticates(kube_cluster):
     assert f'User "{ALLOCATOR}" cannot list resource "leases"' in message
 
 
-@pytest.mark.skipif(KUBECTL is None, reason="no kubectl on PATH")
 class TestKubectl:
     def kubectl(self, cluster, *args, stdin=None):
         return subprocess.run(

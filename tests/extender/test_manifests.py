@@ -3,7 +3,6 @@ test API server accepts every object (server-side dry run)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,14 +10,14 @@ import pytest
 import yaml
 
 from tests.harness.kube import ADMIN
-from tests.harness.kubectl import kubectl
+from tests.harness.kubectl import KUBECTL, kubectl
 
 OVERLAY = Path(__file__).resolve().parents[2] / "manifests" / "extender"
 
 
 @pytest.fixture(scope="module")
 def built() -> list[dict]:
-    proc = subprocess.run([shutil.which("kubectl"), "kustomize", str(OVERLAY)],
+    proc = subprocess.run([KUBECTL, "kustomize", str(OVERLAY)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -52,7 +51,7 @@ def test_scheduler_configuration(built):
     assert ext["nodeCacheCapable"] is True and ext["weight"] > 0
     assert {(r["name"], r["ignoredByScheduler"]) for r in ext["managedResources"]} == {
         ("mthreads.com/vgpu", True), ("mthreads.com/sgpu-memory", True), ("mthreads.com/sgpu-core", True)}
-    dep, = find(built, "Deployment", "mthreads-scheduler")
+    dep, = find(built, "Deployment", "hami-scheduler")
     vol = dep["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
     assert vol == cm["metadata"]["name"]
 
@@ -78,4 +77,4 @@ def test_server_side_dry_run(kube_cluster):
     proc = kubectl(kube_cluster, ADMIN, "apply", "-k", str(OVERLAY), "--dry-run=server")
     assert proc.returncode == 0, proc.stderr
     assert "deployment.apps/mthreads-extender created (server dry run)" in proc.stdout
-    assert "deployment.apps/mthreads-scheduler created (server dry run)" in proc.stdout
+    assert "deployment.apps/hami-scheduler created (server dry run)" in proc.stdout

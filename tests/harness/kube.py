@@ -282,6 +282,9 @@ class LocalCluster:
             # Let privileged pods reach the webhook, which is the one that must refuse them.
             "--allow-privileged=true",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            # A webhook's `service:` reference is dialled at the Service's endpoint address
+            # (no kube-proxy here): tests/chart serves the chart's Service from a netns.
+            "--enable-aggregator-routing=true",
             # Required since 1.20, although nothing here uses service-account tokens.
             f"--service-account-issuer={SA_ISSUER}",
             f"--service-account-key-file={pki['sa.pub']}",

@@ -1,0 +1,272 @@
+"""The user's document, verbatim, with real helm on a real API server (1.20).
+
+One API server of this module's own (a cluster-wide fail-closed webhook must not reach the
+session's), started with --enable-aggregator-routing so that the API server dials the chart's
+Service at its endpoint address. The webhook is served inside a network namespace this module
+makes (Endpoints refuse loopback), with the config and certificate the chart installed: the
+user's example pod, applied as a normal user, is mutated by the chart's configurations.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import urllib3
+import yaml
+
+from tests.chart.helm import CHART, EXAMPLES, REPO_ROOT, helm, render
+from tests.harness.kube import ADMIN, ALICE, LocalCluster
+from tests.harness.kubectl import kubectl
+
+pytestmark = pytest.mark.cluster
+
+NS = "kube-system"
+CONFIGS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
+POD = REPO_ROOT / "manifests" / "examples" / "mthreads" / "gpushare-pod-default.yaml"
+ALLOCATOR_SA = f"system:serviceaccount:{NS}:mthreads-allocator"
+WEBHOOK_SA = f"system:serviceaccount:{NS}:mthreads-webhook"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("chart-kube")).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def helm_run(cluster, tmp_path_factory):
+    home = tmp_path_factory.mktemp("helm-home")
+    kubeconfig = str(cluster.kubeconfig(ADMIN))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return helm("--kubeconfig", kubeconfig, *args, home=home)
+    return run
+
+
+def get(cluster, *args: str) -> dict:
+    out = kubectl(cluster, ADMIN, "get", *args, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def secret_files(cluster) -> dict[str, bytes]:
+    data = get(cluster, "secret", "mthreads-webhook-tls", "-n", NS)["data"]
+    return {k: base64.b64decode(v) for k, v in data.items()}
+
+
+def pod_config(cluster) -> dict:
+    return yaml.safe_load(get(cluster, "configmap", "mthreads-webhook-config", "-n", NS)["data"]["config.yaml"])
+
+
+def template_annotations(cluster) -> dict[str, dict]:
+    return {name: get(cluster, "deployment", name, "-n", NS)["spec"]["template"]["metadata"]["annotations"]
+            for name in ("mthreads-webhook", "hami-scheduler")}
+
+
+def can_i(cluster, user: str, *args: str) -> bool:
+    out = kubectl(cluster, ADMIN, "auth", "can-i", *args, f"--as={user}")
+    assert out.stdout.strip() in ("yes", "no"), out.stderr
+    return out.stdout.strip() == "yes"
+
+
+def ip(*args: str) -> None:
+    out = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, f"ip {' '.join(args)}: {out.stderr}"
+
+
+@contextlib.contextmanager
+def webhook_in_netns(config: Path, tls: Path):
+    """`mthreads-webhook serve` at an address inside a network namespace made here, reached
+    from the host (and the API server) over a veth pair; yields that address."""
+    if os.geteuid() != 0:
+        pytest.fail("this test makes a network namespace: run it as root (CI does)")
+    tag = f"{os.getpid() % 10000}"
+    netns, host_if, ns_if = f"mtw-chart-{tag}", f"mtwh{tag}", f"mtwn{tag}"
+    host_ip, ns_ip = f"10.251.{os.getpid() % 250}.1", f"10.251.{os.getpid() % 250}.2"
+    server = None
+    try:
+        ip("netns", "add", netns)
+        ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", netns)
+        ip("addr", "add", f"{host_ip}/30", "dev", host_if)
+        ip("link", "set", host_if, "up")
+        ip("-n", netns, "addr", "add", f"{ns_ip}/30", "dev", ns_if)
+        ip("-n", netns, "link", "set", ns_if, "up")
+        ip("-n", netns, "link", "set", "lo", "up")
+        cli = str(Path(sys.executable).parent / "mthreads-webhook")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", netns, cli, "serve", "--config", str(config), "--bind", f"{ns_ip}:8443",
+             "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        deadline = time.monotonic() + 60
+        while True:  # readiness only; the API server checks the certificate below
+            assert server.poll() is None, f"serve exited: {server.stderr.read()[-2000:]}"
+            try:
+                if requests.get(f"https://{ns_ip}:8443/readyz", verify=False, timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, "the webhook in the netns never became ready"
+            time.sleep(0.3)
+        yield ns_ip
+    finally:
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
+
+
+def endpoints(address: str) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "mthreads-webhook", "namespace": NS},
+        "subsets": [{"addresses": [{"ip": address}],
+                     "ports": [{"name": "https", "port": 8443, "protocol": "TCP"}]}]})
+
+
+@contextlib.contextmanager
+def served_behind_the_service(cluster, directory: Path):
+    """The webhook with the config and certificate the chart installed, as the Service's endpoint."""
+    directory.mkdir()
+    for name, data in secret_files(cluster).items():
+        (directory / name).write_bytes(data)
+    config = directory / "config.yaml"
+    config.write_text(get(cluster, "configmap", "mthreads-webhook-config", "-n", NS)["data"]["config.yaml"])
+    with webhook_in_netns(config, directory) as address:
+        assert kubectl(cluster, ADMIN, "apply", "-f", "-", stdin=endpoints(address)).returncode == 0
+        try:
+            yield
+        finally:
+            kubectl(cluster, ADMIN, "delete", "endpoints", "mthreads-webhook", "-n", NS, "--ignore-not-found")
+
+
+def apply_as_alice(cluster, path: Path) -> subprocess.CompletedProcess:
+    """kubectl apply as a tenant; retried while the API server cannot reach the webhook yet
+    (its resolver's informers see new Endpoints within moments)."""
+    deadline = time.monotonic() + 30
+    while True:
+        out = kubectl(cluster, ALICE, "apply", "-n", "team", "-f", str(path))
+        if "failed calling webhook" not in out.stderr or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
+
+
+def test_the_1_20_render_passes_a_server_side_dry_run(cluster):
+    for values in ([], ["--set", "mode=extender"], ["--set", "webhook.networkPolicy.enabled=true",
+                                                     "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32}"]):
+        out = kubectl(cluster, ADMIN, "apply", "--dry-run=server", "-f", "-",
+                      stdin=yaml.safe_dump_all(render(*values)))
+        assert out.returncode == 0, (values, out.stderr)
+        assert "deployment.apps/hami-scheduler created (server dry run)" in out.stdout
+
+
+def test_the_documents_commands(cluster, helm_run, tmp_path):
+    lint = helm_run("lint", str(CHART), "--strict")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    label = kubectl(cluster, ADMIN, "label", "namespace", NS, "hami.io/webhook=ignore", "--overwrite")
+    assert label.returncode == 0, label.stderr
+
+    # The one-liner, with the chart's path in place of hami-charts/hami.
+    out = helm_run("install", "hami", str(CHART), "--set", "scheduler.kubeScheduler.image.tag=v1.20.2",
+                   "--set", "devices.mthreads.enabled=true", "-n", NS)
+    assert out.returncode == 0, out.stderr
+    try:
+        tls = secret_files(cluster)
+        assert sorted(tls) == ["ca.crt", "tls.crt", "tls.key"]
+        for kind in CONFIGS:
+            for hook in get(cluster, kind, "mthreads-webhook")["webhooks"]:
+                assert base64.b64decode(hook["clientConfig"]["caBundle"]) == tls["ca.crt"], hook["name"]
+        assert pod_config(cluster)["devices"]["mthreads"]["memoryPerCard"] == [96]
+
+        # RBAC as before (the authorizer's cache catches up in a moment).
+        deadline = time.monotonic() + 20
+        while not can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"):
+            assert time.monotonic() < deadline, "the chart's RBAC never took effect"
+            time.sleep(0.3)
+        assert can_i(cluster, ALLOCATOR_SA, "create", "pods", "--subresource=binding", "-n", "default")
+        assert can_i(cluster, ALLOCATOR_SA, "watch", "nodes")
+        assert can_i(cluster, ALLOCATOR_SA, "update", "leases.coordination.k8s.io/mthreads-allocator", "-n", NS)
+        assert not can_i(cluster, ALLOCATOR_SA, "create", "pods", "-n", "default")
+        assert not can_i(cluster, ALLOCATOR_SA, "update", "leases.coordination.k8s.io/other", "-n", NS)
+        assert not can_i(cluster, WEBHOOK_SA, "list", "pods", "-A")
+
+        # The API server calls the chart's configurations through the chart's Service.
+        assert kubectl(cluster, ADMIN, "create", "namespace", "team").returncode == 0
+        # A tenant's rights on pods (the built-in "edit" is empty: no controller-manager).
+        role = kubectl(cluster, ADMIN, "create", "role", "pod-editor", "-n", "team", "--resource=pods",
+                       "--verb=create,get,list,watch,update,patch,delete")
+        grant = kubectl(cluster, ADMIN, "create", "rolebinding", "alice-pods", "-n", "team",
+                        "--role=pod-editor", f"--user={ALICE}")
+        assert role.returncode == 0 and grant.returncode == 0, role.stderr + grant.stderr
+        with served_behind_the_service(cluster, tmp_path / "s4000"):
+            applied = apply_as_alice(cluster, POD)
+            assert applied.returncode == 0, applied.stderr
+            pod = get(cluster, "pod", "gpushare-pod-default", "-n", "team")
+            assert pod["spec"]["schedulerName"] == "hami-scheduler"
+            assert pod["metadata"]["annotations"]["hami.io/mthreads-vgpu-devices-to-allocate"] == ",Mthreads,16384,8:;"
+            denied = apply_as_alice(cluster, POD.parent / "invalid" / "memory-3.yaml")
+            assert denied.returncode != 0 and "valid values are 2, 4, 8, 16, 32, 64, 96 " in denied.stderr
+
+        # The S5000 values file, applied with helm upgrade: the pods roll by themselves.
+        before = template_annotations(cluster)
+        out = helm_run("upgrade", "hami", str(CHART), "-n", NS, "-f", str(EXAMPLES / "values-s5000.yaml"))
+        assert out.returncode == 0, out.stderr
+        assert pod_config(cluster)["devices"]["mthreads"]["memoryPerCard"] == [160]
+        after = template_annotations(cluster)
+        for name in after:
+            assert after[name]["checksum/config"] != before[name]["checksum/config"], name
+        assert secret_files(cluster) == tls, "helm upgrade must keep the certificate"
+        with served_behind_the_service(cluster, tmp_path / "s5000"):
+            admitted = apply_as_alice(cluster, POD.parent / "s5000-64gib-slice.yaml")  # 128: S5000 only
+            assert admitted.returncode == 0, admitted.stderr
+            denied = apply_as_alice(cluster, POD.parent / "invalid" / "memory-3.yaml")
+            assert "valid values are 2, 4, 8, 16, 32, 64, 128, 160 " in denied.stderr, denied.stderr
+    finally:
+        uninstall = helm_run("uninstall", "hami", "-n", NS)
+    assert uninstall.returncode == 0, uninstall.stderr
+    for kind in CONFIGS:  # a leftover Fail webhook would block every pod of the cluster
+        left = kubectl(cluster, ADMIN, "get", kind, "-o", "name")
+        assert "mthreads-webhook" not in left.stdout, left.stdout
+    created = kubectl(cluster, ALICE, "run", "after", "-n", "team", "--image=busybox", "--restart=Never")
+    assert created.returncode == 0, created.stderr
+    left = kubectl(cluster, ADMIN, "get", "all,secret,configmap,serviceaccount,role,rolebinding", "-n", NS,
+                   "-l", "app.kubernetes.io/name=mthreads-webhook", "-o", "name")
+    assert left.stdout.strip() == "", left.stdout
+
+
+def test_an_existing_secret_fills_the_ca_bundles_and_stays(cluster, helm_run, tmp_path):
+    certs = subprocess.run([str(Path(sys.executable).parent / "mthreads-webhook"), "certs", "--out", str(tmp_path),
+                            "--service", "mthreads-webhook", "--namespace", NS],
+                           capture_output=True, text=True, timeout=60)
+    assert certs.returncode == 0, certs.stderr
+    made = kubectl(cluster, ADMIN, "create", "secret", "generic", "my-webhook-tls", "-n", NS,
+                   *(f"--from-file={name}={tmp_path / name}" for name in ("ca.crt", "tls.crt", "tls.key")))
+    assert made.returncode == 0, made.stderr
+    out = helm_run("install", "hami", str(CHART), "-n", NS, "--set", "certificates.mode=secret",
+                   "--set", "certificates.secretName=my-webhook-tls")
+    assert out.returncode == 0, out.stderr
+    try:
+        for kind in CONFIGS:
+            for hook in get(cluster, kind, "mthreads-webhook")["webhooks"]:
+                assert base64.b64decode(hook["clientConfig"]["caBundle"]) == (tmp_path / "ca.crt").read_bytes()
+    finally:
+        uninstall = helm_run("uninstall", "hami", "-n", NS)
+    assert uninstall.returncode == 0, uninstall.stderr
+    assert get(cluster, "secret", "my-webhook-tls", "-n", NS)["data"]  # not the chart's to delete
