@@ -4,9 +4,10 @@
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS build
+# The kubernetes client's asyncio half needs these; the sync client this project uses does not.
+ARG ASYNC_ONLY="aiohttp aiohttp-retry aiohappyeyeballs aiosignal frozenlist multidict yarl propcache"
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    ASYNC_ONLY="aiohttp aiohttp-retry aiohappyeyeballs aiosignal frozenlist multidict yarl propcache"
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY . /src
 # The project as a wheel, installed with its dependencies into a venv of its own; the venv
 # alone goes to the image: no source tree, no pip, no build tools. The optional secret
@@ -21,13 +22,13 @@ RUN --mount=type=secret,id=ca-bundle \
  && /opt/mthreads-webhook/bin/pip uninstall --quiet --yes pip setuptools $ASYNC_ONLY
 # Trim the venv (the image tests run every command on the result):
 # - the kubernetes client's asyncio half (kubernetes/aio and aiohttp's family above) is never
-#   imported by the sync client this project uses, and is most of the client's size;
+#   imported, and is most of the client's size;
+# - compiled extensions lose their debug symbols; tests shipped inside packages go;
 # - the generated sync client (kubernetes/client, every API group and model, all imported at
 #   once) is kept as bytecode only, without its docstrings (-o 2; its few asserts only check
 #   malformed type names): a third of the size of source plus bytecode;
 # - elsewhere, bytecode only for the modules the commands import (found by importing every
 #   module of the package), sources for all: a quick start on a read-only root file system.
-# - compiled extensions lose their debug symbols; tests shipped inside packages go.
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binutils >/dev/null \
  && cd /opt/mthreads-webhook/lib/python3*/site-packages \
  && rm -rf kubernetes/aio \
