@@ -94,8 +94,8 @@ main() {
   else
     base=$(local_base "$cache")
   fi
-  version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' \
-    "$REPO_ROOT/pyproject.toml")
+  version=$(python3 -c 'import sys, tomllib
+print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$REPO_ROOT/pyproject.toml")
   hash=$(context_hash "$(buildah inspect --type image --format '{{.FromImageID}}' "$base")")
   ref="localhost/$NAME:src-$hash"
   if image_exists "$ref"; then

@@ -15,7 +15,8 @@ def image() -> str:
 
 @pytest.fixture(scope="session")
 def manifests() -> list[dict]:
-    """The rendered manifests whose pod specs the containers run with."""
+    """The rendered manifests whose pod specs the containers run with (the tests find their
+    containers by name, `webhook` and `allocator`); `helm template` output loads the same way."""
     return pod_spec.load_documents(*MANIFESTS)
 
 

@@ -126,7 +126,8 @@ def container_env(w: Workload, fields: dict[str, str]) -> dict[str, str]:
 
 
 def run_options(w: Workload, *, volumes: dict[str, Path], fields: dict[str, str] | None = None,
-                arg_overrides: dict[str, str] | None = None, service_account: tuple[Path, str, int] | None = None,
+                arg_overrides: dict[str, str] | None = None,
+                service_account: tuple[Path, str, int] | None = None,
                 args: list[str] | None = None) -> list[str]:
     """podman run options, then the image's arguments after a `--` marker (split by the caller).
 

@@ -64,7 +64,8 @@ def test_image_runs_its_command_as_a_numeric_user_with_nothing_to_build_with(ima
     assert config["User"] == "10001:10001"
     assert config["Entrypoint"] == ["mthreads-webhook"] and config["Cmd"] == ["serve"]
     probe = ("import importlib.util as u, os, shutil, sys, webhook;"
-             "print(sys.version_info[:2] >= (3, 11), [m for m in ('pip', 'setuptools', 'tests') if u.find_spec(m)],"
+             "print(sys.version_info[:2] >= (3, 11),"
+             " [m for m in ('pip', 'setuptools', 'tests') if u.find_spec(m)],"
              " [c for c in ('gcc', 'cc', 'g++') if shutil.which(c)], os.path.exists('/src'),"
              " webhook.__file__.startswith('/opt/mthreads-webhook/'))")
     out = podman("run", "--rm", "--read-only", "--entrypoint", "python3", image, "-c", probe).stdout
@@ -200,8 +201,8 @@ def read_pod(place: dict, name: str) -> dict:
 
 def allocator_options(manifests, tmp_path, place, port: int, args: list[str] | None = None):
     w = pod_spec.workload(manifests, "allocator")
-    conf = pod_spec.project(w, "config", {"config.yaml": chart_config(manifests, schedulerName=place["scheduler"])},
-                            tmp_path / "config")
+    config = chart_config(manifests, schedulerName=place["scheduler"])
+    conf = pod_spec.project(w, "config", {"config.yaml": config}, tmp_path / "config")
     overrides = {} if args else {"--metrics-bind": f"127.0.0.1:{port}"}
     return pod_spec.run_options(w, volumes={"config": conf}, fields={"metadata.namespace": place["ns"]},
                                 service_account=place["service_account"], arg_overrides=overrides,
