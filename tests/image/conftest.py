@@ -1,11 +1,15 @@
+import subprocess
+
 import pytest
+import yaml
 
 from tests.harness.kube import REPO_ROOT
+from tests.harness.kubectl import HELM
 
 from . import pod_spec
 from .containers import Container, build_image
 
-MANIFESTS = [REPO_ROOT / "manifests" / "base" / name for name in ("webhook.yaml", "allocator.yaml")]
+CHART = REPO_ROOT / "manifests" / "hami"
 
 
 @pytest.fixture(scope="session")
@@ -15,9 +19,11 @@ def image() -> str:
 
 @pytest.fixture(scope="session")
 def manifests() -> list[dict]:
-    """The rendered manifests whose pod specs the containers run with (the tests find their
-    containers by name, `webhook` and `allocator`); `helm template` output loads the same way."""
-    return pod_spec.load_documents(*MANIFESTS)
+    """The chart as `helm template` renders it with its defaults: the pod specs the containers
+    run with (the tests find their containers by name, `webhook` and `allocator`)."""
+    out = subprocess.run([HELM, "template", "hami", str(CHART), "--namespace", "kube-system"],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
 
 
 @pytest.fixture

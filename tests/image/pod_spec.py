@@ -1,8 +1,8 @@
 """`podman run` options that apply a rendered Deployment's pod spec the way the kubelet does.
 
-One place for the translation, fed by rendered manifests (today manifests/base; `helm template`
-output works the same): the container's user and groups, read-only root file system, no
-privilege escalation, capabilities, its volumes (Secrets and ConfigMaps projected read-only with
+One place for the translation, fed by the chart as `helm template` renders it: the
+container's user and groups, read-only root file system, no privilege escalation,
+capabilities, its volumes (Secrets and ConfigMaps projected read-only with
 their modes and the pod's fsGroup, emptyDirs as tmpfs, the service account token), its env and
 its args with `$(VAR)` expanded. What the kubelet would do and this cannot is an error, not a
 silent difference.
@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -40,14 +39,6 @@ class Workload:
             if m["name"] == name:
                 return m["mountPath"]
         raise PodSpecError(f"container {self.container['name']!r} mounts no volume {name!r}")
-
-
-def load_documents(*paths: Path) -> list[dict]:
-    """Every object in the given YAML files (multi-document streams as helm renders them)."""
-    docs = []
-    for path in paths:
-        docs += [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
-    return docs
 
 
 def workload(documents: list[dict], container: str) -> Workload:

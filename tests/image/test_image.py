@@ -27,16 +27,14 @@ from .containers import podman, run_once
 pytestmark = pytest.mark.image
 
 CONFIG_MOUNT = "/etc/mthreads-webhook/config/config.yaml"
-CONFIG_FILE = REPO_ROOT / "manifests" / "base" / "config.yaml"
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def chart_config(manifests: list[dict], **changes) -> bytes:
-    """The config.yaml of the manifests' ConfigMap (kustomize makes it from base/config.yaml),
-    with `changes` on top."""
+    """The config.yaml of the chart's ConfigMap, with `changes` on top."""
     name = pod_spec.workload(manifests, "webhook").volume("config")["configMap"]["name"]
-    maps = [d for d in manifests if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
-    text = maps[0]["data"]["config.yaml"] if maps else CONFIG_FILE.read_text()
+    [text] = [d["data"]["config.yaml"] for d in manifests
+              if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
     return yaml.safe_dump({**yaml.safe_load(text), **changes}).encode()
 
 
