@@ -1,4 +1,4 @@
-"""The `mthreads-webhook` command: serve, certs, allocate."""
+"""The `mthreads-webhook` command: serve, certs, allocate, extender."""
 
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ def _serve(args) -> int:
     for name in ("workers", "threads", "keepalive"):
         if getattr(args, name) < 1:
             raise StartupError(f"--{name} must be at least 1", USAGE)
-    check_bind("--bind", args.bind)
     ServingCertificate(args.cert_file, args.key_file)  # raises CertificateError, before gunicorn
+    check_bind("--bind", args.bind)
     serve(config, ServeOptions(bind=args.bind, cert_file=args.cert_file, key_file=args.key_file,
                                workers=args.workers, threads=args.threads,
                                keepalive=args.keepalive, access_log=args.access_log))
