@@ -1,4 +1,4 @@
-"""Ask the API server once, at start, whether it answers and accepts the credentials.
+"""Ask the API server, at start, whether it answers and accepts the credentials.
 
 Without this, a wrong token or an unreachable server shows up later as retries in the
 logs of a process that looks alive (the allocator), or as a worker that dies and is
@@ -67,7 +67,6 @@ def check_cluster(source: ClusterSource) -> None:
 
 
 def _status_message(e: client.ApiException) -> str:
-
     try:
         return json.loads(e.body)["message"]
     except (TypeError, ValueError, KeyError):

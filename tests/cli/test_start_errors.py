@@ -14,6 +14,18 @@ USAGE, FAILED = 2, 1
 
 # (command, the flag that names its listening address)
 SERVERS = [(["serve"], "--bind"), (["extender"], "--bind"), (["allocate"], "--metrics-bind")]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """Flags with a good serving certificate: serve checks its files before its address."""
+    from tests.harness.webhook import make_certs
+    certs = make_certs(tmp_path_factory.mktemp("certs"))
+    return ["--cert-file", str(certs / "tls.crt"), "--key-file", str(certs / "tls.key")]
+
+
+def with_certificate(command, certificate):
+    return [*command, *certificate] if command[0] == "serve" else command
 CLUSTER_COMMANDS = [["allocate", "--metrics-bind", "127.0.0.1:0"],
                     ["extender", "--bind", "127.0.0.1:0"]]
 
@@ -26,24 +38,22 @@ CLUSTER_COMMANDS = [["allocate", "--metrics-bind", "127.0.0.1:0"],
     ("192.0.2.1:8443", "not an address of this machine"),  # TEST-NET-1, never local
     ("no-such-host.invalid:8443", "cannot resolve"),
 ])
-def test_bad_bind_address_is_a_usage_error(tmp_path, command, flag, address, words):
-    out = run_console([*command, flag, address], tmp_path)
+def test_bad_bind_address_is_a_usage_error(tmp_path, certificate, command, flag, address, words):
+    out = run_console([*with_certificate(command, certificate), flag, address], tmp_path)
     assert_one_line(out, USAGE, flag, address, words)
 
 
 @pytest.mark.parametrize("command, flag", SERVERS, ids=lambda v: v if isinstance(v, str) else v[0])
-def test_port_in_use(tmp_path, command, flag):
+def test_port_in_use(tmp_path, certificate, command, flag):
     with listening_socket() as taken:
         address = "127.0.0.1:%d" % taken.getsockname()[1]
-        out = run_console([*command, flag, address], tmp_path)
+        out = run_console([*with_certificate(command, certificate), flag, address], tmp_path)
     assert_one_line(out, FAILED, flag, address, "is in use")
 
 
 @pytest.mark.parametrize("case", ["not a certificate", "no key file", "a directory"])
-def test_unusable_certificate(tmp_path, case):
-    from tests.harness.webhook import make_certs
-    certs = make_certs(tmp_path / "certs")
-    cert, key = certs / "tls.crt", certs / "tls.key"
+def test_unusable_certificate(tmp_path, certificate, case):
+    cert, key = certificate[1], certificate[3]
     if case == "not a certificate":
         cert = tmp_path / "garbage.crt"
         cert.write_text("not a certificate\n")
