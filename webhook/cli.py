@@ -1,4 +1,4 @@
-"""The `mthreads-webhook` command: serve, certs, allocate."""
+"""The `mthreads-webhook` command: serve, certs, allocate, extender."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 import logging
 import sys
 
-from .config import ConfigError, load_config
+from .bind_address import check_bind
+from .config import load_config
+from .startup import USAGE, StartupError, run_command
 
 
 def _positive(text: str) -> int:
@@ -17,6 +19,9 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return value
+
+
+KUBECONFIG_HELP = "default: $KUBECONFIG, else the in-cluster config, else ~/.kube/config"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,12 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="certs", help="directory (default %(default)s)")
     c.add_argument("--service", default="mthreads-webhook")
     c.add_argument("--namespace", default="kube-system")
-    c.add_argument("--days", type=int, default=365, help="serving certificate lifetime")
+    c.add_argument("--days", type=_positive, default=365, help="serving certificate lifetime")
     c.add_argument("--new-ca", action="store_true", help="replace an existing CA in --out")
 
     a = sub.add_parser("allocate", help="run the allocator")
     a.add_argument("--config")
-    a.add_argument("--kubeconfig", help="default: in-cluster config")
+    a.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     a.add_argument("--namespace", help="namespace of the Lease (default: the pod's, else kube-system)")
     a.add_argument("--metrics-bind", default="0.0.0.0:9090", help="HOST:PORT for /metrics, /healthz")
     a.add_argument("--bind-threads", type=_positive,
@@ -52,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
     e.add_argument("--config")
-    e.add_argument("--kubeconfig", help="default: in-cluster config")
+    e.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     e.add_argument("--bind", default="0.0.0.0:8888", help="HOST:PORT, plain HTTP (default %(default)s)")
     return p
 
@@ -61,47 +66,58 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # the allocator's retries say enough
-    try:
-        return _COMMANDS[args.command](args)
-    except ConfigError as e:
-        print(f"mthreads-webhook: config: {e}", file=sys.stderr)
-        return 2
+    return run_command(_COMMANDS[args.command], args)
+
+
+def _cluster(args) -> str | None:
+    """Find the cluster and check that it answers; the kubeconfig to load, None for in-cluster."""
+    from .cluster_probe import check_cluster
+    from .kubeconfig import find_cluster
+    source = find_cluster(args.kubeconfig)
+    check_cluster(source)
+    return source.kubeconfig
 
 
 def _serve(args) -> int:
     from .serve import ServeOptions, serve
-    from .tls import CertificateError
+    from .tls import ServingCertificate
     config = load_config(args.config)
     for name in ("workers", "threads", "keepalive"):
         if getattr(args, name) < 1:
-            print(f"mthreads-webhook: --{name} must be at least 1", file=sys.stderr)
-            return 2
-    try:
-        serve(config, ServeOptions(bind=args.bind, cert_file=args.cert_file, key_file=args.key_file,
-                                   workers=args.workers, threads=args.threads,
-                                   keepalive=args.keepalive, access_log=args.access_log))
-    except CertificateError as e:
-        print(f"mthreads-webhook: {e}", file=sys.stderr)
-        return 1
+            raise StartupError(f"--{name} must be at least 1", USAGE)
+    ServingCertificate(args.cert_file, args.key_file)  # raises CertificateError, before gunicorn
+    check_bind("--bind", args.bind)
+    serve(config, ServeOptions(bind=args.bind, cert_file=args.cert_file, key_file=args.key_file,
+                               workers=args.workers, threads=args.threads,
+                               keepalive=args.keepalive, access_log=args.access_log))
     return 0
 
 
 def _certs(args) -> int:
     from .certs import write_certs
-    paths = write_certs(args.out, args.service, args.namespace, new_ca=args.new_ca, days=args.days)
+    try:
+        paths = write_certs(args.out, args.service, args.namespace, new_ca=args.new_ca,
+                            days=args.days)
+    except OSError as e:
+        raise StartupError(f"--out {args.out}: cannot write: {e.strerror or e}") from None
+    except ValueError as e:  # a ca.crt or ca.key in --out that does not load
+        raise StartupError(f"--out {args.out}: the CA there cannot be used: {e}") from None
     print(f"wrote {', '.join(paths.values())}")
     return 0
 
 
 def _allocate(args) -> int:
     from .allocator.main import run
-    return run(load_config(args.config), args.kubeconfig, args.namespace, args.metrics_bind,
-               args.bind_threads)
+    config = load_config(args.config)
+    check_bind("--metrics-bind", args.metrics_bind)
+    return run(config, _cluster(args), args.namespace, args.metrics_bind, args.bind_threads)
 
 
 def _extender(args) -> int:
     from .extender.main import run
-    return run(load_config(args.config), args.kubeconfig, args.bind)
+    config = load_config(args.config)
+    check_bind("--bind", args.bind)
+    return run(config, _cluster(args), args.bind)
 
 
 _COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate, "extender": _extender}
