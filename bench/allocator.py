@@ -1,4 +1,4 @@
-"""Part `allocator`: the pure decision layer (webhook/allocator/decide.py), no API server.
+"""Part `allocator`: the pure decision layer (webhook/scheduling/decide.py), no API server.
 
 For each fleet size (default 1,000, 5,000 and 20,000 nodes of 8 cards, S4000 and S5000
 alternating; bench/workload.py), the state holds the nodes and then the bench's pods (20,000 by
@@ -23,8 +23,8 @@ import time
 import tracemalloc
 import uuid
 
-from webhook.allocator.decide import Placement, decide
-from webhook.allocator.state import ClusterState
+from webhook.scheduling.decide import Placement, decide
+from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import Config, MthreadsConfig
 from webhook.pods import is_mthreads_pod, read_request, resource_names

@@ -516,9 +516,9 @@ class PySpy:
 
 # a sample's thread, by a frame its stack holds (py-spy leaves idle threads out)
 THREAD_ROLES = (("run (webhook/allocator/loop.py", "decision loop"),
-                ("_write (webhook/allocator/binder.py", "binding writes"),
-                ("allocator/informer.py", "watches"),
-                ("allocator/leader.py", "Lease"))
+                ("_write (webhook/kube/binder.py", "binding writes"),
+                ("kube/informer.py", "watches"),
+                ("kube/leader.py", "Lease"))
 
 
 def _frame(f: str) -> str:

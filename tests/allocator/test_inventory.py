@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.allocator.inventory import node_cards
+from webhook.scheduling.inventory import node_cards
 from webhook.config import MthreadsConfig
 
 from .builders import mt_node

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.allocator.builders import mt_node, pod, slice_, whole
-from webhook.allocator.api import ApiError, Reply
+from webhook.kube.api import ApiError, Reply
 from webhook.config import parse_config
 from webhook.extender.app import NOT_SYNCED, create_extender_app
 from webhook.extender.cache import Cache

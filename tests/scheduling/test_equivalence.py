@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from webhook.allocator.decide import NoFit, decide
-from webhook.allocator.state import ClusterState
+from webhook.scheduling.decide import NoFit, decide
+from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.pods import is_mthreads_pod, read_request, resource_names

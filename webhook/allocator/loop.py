@@ -19,17 +19,17 @@ from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..pods import InvalidRequest, is_mthreads_pod, read_request, resource_names
-from . import reasons
-from .api import Api, ApiError
-from .binder import EVENT_KIND as BIND_OUTCOME, BindOutcome, Binder
-from .binding import binding_body
-from .decide import NoFit, Placement, decide
-from .informer import Informer
-from .leader import LeaderElector
+from ..scheduling import reasons
+from ..kube.api import Api, ApiError
+from ..kube.binder import EVENT_KIND as BIND_OUTCOME, BindOutcome, Binder
+from ..scheduling.binding import binding_body
+from ..scheduling.decide import NoFit, Placement, decide
+from ..kube.informer import Informer
+from ..kube.leader import LeaderElector
 from .metrics import Metrics
-from .reporter import Reporter
-from .shares import PodShare, share_of
-from .state import ClusterState
+from ..kube.reporter import Reporter
+from ..scheduling.shares import PodShare, share_of
+from ..scheduling.state import ClusterState
 
 log = logging.getLogger(__name__)
 

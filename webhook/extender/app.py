@@ -22,9 +22,9 @@ from flask import Flask, jsonify, request
 
 from ..cards import Fleet
 from ..config import Config
-from ..allocator.api import ApiError
-from ..allocator.binding import binding_body
-from ..allocator.decide import Placement
+from ..kube.api import ApiError
+from ..scheduling.binding import binding_body
+from ..scheduling.decide import Placement
 from . import wire
 from .decisions import choose, filter_nodes, read_pod, scores
 

@@ -17,10 +17,10 @@ import threading
 import time
 
 from ..config import Config
-from ..allocator.api import Api, ApiError
-from ..allocator.informer import Informer
-from ..allocator.shares import PodShare, share_of
-from ..allocator.state import ClusterState
+from ..kube.api import Api, ApiError
+from ..kube.informer import Informer
+from ..scheduling.shares import PodShare, share_of
+from ..scheduling.state import ClusterState
 
 log = logging.getLogger(__name__)
 

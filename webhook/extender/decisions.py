@@ -15,13 +15,13 @@ from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..pods import InvalidRequest, Kind, PodRequest, is_mthreads_pod, read_request, resource_names
-from ..allocator import reasons
-from ..allocator.card_fit import CardNeed, card_ids, fit_cards, need_of
-from ..allocator.decide import Placement, placement
-from ..allocator.inventory import Card
-from ..allocator.resources import pod_requests
-from ..allocator.score import node_used, policies
-from ..allocator.state import ClusterState
+from ..scheduling import reasons
+from ..scheduling.card_fit import CardNeed, card_ids, fit_cards, need_of
+from ..scheduling.decide import Placement, placement
+from ..scheduling.inventory import Card
+from ..scheduling.resources import pod_requests
+from ..scheduling.score import node_used, policies
+from ..scheduling.state import ClusterState
 
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority (extender/v1)
 NOT_IN_CACHE = "node is not in the extender's cache yet"

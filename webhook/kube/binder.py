@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .api import Api, ApiError
-from .decide import Placement
+from ..scheduling.decide import Placement
 
 DEFAULT_THREADS = 32
 EVENT_KIND = "bind"  # the kind of the queue items this posts
