@@ -11,6 +11,7 @@ from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.hami import encode
 from webhook.pods import read_request
+from webhook.scheduling.request import request_of
 
 from .builders import mt_node, plain, pod, slice_, whole
 
@@ -25,10 +26,7 @@ def place(p, nodes, bound=(), config=CONFIG):
         state.set_node(n)
     for b in bound:
         state.add(share_of(b))
-    request = read_request(p, MT, FLEET) if any(
-        "mthreads.com/vgpu" in (c["resources"].get("limits") or {})
-        for c in p["spec"]["containers"] + p["spec"].get("initContainers", [])) else None
-    return decide(p, request, state, config)
+    return decide(p, request_of(p, config, FLEET).request, state, config)
 
 
 def bound_pod(node, devices_text, **kw):

@@ -189,7 +189,7 @@ def test_bind_writes_one_binding_with_spec_annotations(setup):
     bound["spec"]["nodeName"] = "s4"
     bound["metadata"]["annotations"].update(ann)
     cache.apply("pod", "MODIFIED", bound)
-    assert cache.state.card("s4-mthreads-0").memory_mib == 24576 and not cache.assumed
+    assert cache.state.card("s4-mthreads-0").memory_mib == 24576 and not cache.pods.assumed
 
 
 def test_exclusive_takes_an_idle_card(setup):
@@ -229,10 +229,10 @@ def test_refused_binding_rolls_back(setup, status):
     api.status = status
     if status == 404:
         api.pods.clear()
-        cache.unbound[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
+        cache.pods.pending[p["metadata"]["uid"]] = p
     err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert err.startswith("binding ") and str(status) in err
-    assert cache.state.card("s4-mthreads-0").idle and not cache.assumed and not cache.in_flight
+    assert cache.state.card("s4-mthreads-0").idle and not cache.pods.assumed and not cache.pods.in_flight
 
 
 def test_409_counts_the_real_binding(setup):
@@ -254,13 +254,13 @@ def test_unknown_outcome_keeps_the_share_until_read(setup):
     api.raise_error = True
     err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert "outcome unknown" in err
-    assert not cache.state.card("s4-mthreads-0").idle and p["metadata"]["uid"] in cache.uncertain
+    assert not cache.state.card("s4-mthreads-0").idle and p["metadata"]["uid"] in cache.pods.uncertain
     # kube-scheduler retries: the extender re-reads the pod (still unbound), frees the old
     # share and decides again: one card, not two
     api.raise_error = False
     assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
     held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
-    assert len(held) == 1 and not cache.uncertain
+    assert len(held) == 1 and not cache.pods.uncertain
 
 
 def test_retry_of_a_pod_that_did_get_bound(setup):

@@ -11,7 +11,7 @@ from webhook.scheduling.decide import NoFit, decide
 from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
-from webhook.pods import is_mthreads_pod, read_request, resource_names
+from webhook.scheduling.request import request_of
 
 from tests.allocator.builders import mt_node, plain, pod, slice_, whole
 
@@ -35,7 +35,6 @@ def fill(node_policy: str, gpu_policy: str) -> str:
     rng = random.Random(14)
     config = Config(mthreads=MT, allocator=AllocatorConfig(node_policy=node_policy,
                                                            gpu_policy=gpu_policy))
-    names = resource_names(MT)
     state = ClusterState(MT)
     for n in range(40):
         state.set_node(mt_node(f"n{n}", rng.choice([1, 2, 4, 8]), rng.choice([96, 160]),
@@ -47,8 +46,7 @@ def fill(node_policy: str, gpu_policy: str) -> str:
         if held and rng.random() < 0.3:
             state.remove(held.pop(rng.randrange(len(held))))
         p = _pod(rng, i)
-        request = read_request(p, MT, FLEET) if is_mthreads_pod(p, names) else None
-        result = decide(p, request, state, config)
+        result = decide(p, request_of(p, config, FLEET).request, state, config)
         if isinstance(result, NoFit):
             digest.update(f"{i} nofit {result.message}\n".encode())
             refused += 1
