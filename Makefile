@@ -31,8 +31,9 @@ test: install
 	hack/kube-assets.sh >/dev/null
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The pure tests only: no API server and no process of any kind (see the markers in pyproject.toml).
 test-unit: install
-	$(BIN)/python -m pytest -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not cluster and not process" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -13,7 +13,7 @@ from webhook.hami import encode
 from webhook.pods import read_request
 from webhook.scheduling.request import request_of
 
-from .builders import mt_node, plain, pod, slice_, whole
+from tests.builders import mt_node, plain, sched_pod as pod, slice_, whole
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 CONFIG = Config(mthreads=MT)

@@ -3,7 +3,7 @@ import pytest
 from webhook.scheduling.inventory import node_cards
 from webhook.config import MthreadsConfig
 
-from .builders import mt_node
+from tests.builders import mt_node
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 

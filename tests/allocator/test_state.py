@@ -9,7 +9,7 @@ from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
 from webhook.config import MthreadsConfig
 
-from .builders import mt_node, plain, pod
+from tests.builders import mt_node, plain, sched_pod as pod
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 

@@ -12,49 +12,14 @@ import time
 
 import pytest
 
-from tests.allocator.builders import mt_node, pod, slice_, whole
-from webhook.kube.api import ApiError, Reply
+from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.harness.fake_api import FakeApi
 from webhook.config import parse_config
 from webhook.extender.app import NOT_SYNCED, create_extender_app
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import NOT_IN_CACHE
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
-
-
-class FakeApi:
-    """Answers POST .../binding with `status` (or raises), and GET pod from `pods`."""
-
-    def __init__(self):
-        self.status = 201
-        self.raise_error = False
-        self.delay = 0.0
-        self.calls: list[tuple[str, str, dict | None]] = []
-        self.pods: dict[tuple[str, str], dict] = {}
-        self.lock = threading.Lock()
-
-    def call(self, method, path, query=None, body=None, **kw):
-        with self.lock:
-            self.calls.append((method, path, body))
-        if self.delay:
-            time.sleep(self.delay)
-        parts = path.split("/")
-        if method == "GET":
-            p = self.pods.get((parts[4], parts[6]))
-            return Reply(200, p) if p else Reply(404, {"message": "not found"})
-        if self.raise_error:
-            raise ApiError("POST: timed out")
-        if self.status == 201:
-            p = self.pods.get((parts[4], parts[6]))
-            if p is not None:
-                p.setdefault("spec", {})["nodeName"] = body["target"]["name"]
-                p["metadata"].setdefault("annotations", {}).update(
-                    body["metadata"].get("annotations") or {})
-            return Reply(201, {"kind": "Status", "status": "Success"})
-        return Reply(self.status, {"message": f"HTTP {self.status}"})
-
-    def bindings(self):
-        return [c for c in self.calls if c[0] == "POST"]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.scheduling.request import request_of
 
-from tests.allocator.builders import mt_node, plain, pod, slice_, whole
+from tests.builders import mt_node, plain, sched_pod as pod, slice_, whole
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 FLEET = Fleet.of(MT.memory_per_card)
