@@ -33,6 +33,14 @@ def bound(p: dict, memory: int = 8192, cores: int = 4, card: str = CARD) -> dict
     return b
 
 
+def assumed(c: PodCache, p: dict, memory: int = 8192, cores: int = 4) -> PodShare:
+    """`p` seen pending, then a card chosen for it: its share assumed."""
+    c.apply("pod", "ADDED", p)
+    share = ours(p, memory, cores)
+    c.assume(share)
+    return share
+
+
 def used(c: PodCache, card: str = CARD) -> tuple[int, int]:
     u = c.state.card(card)
     return u.memory_mib, u.cores
@@ -61,9 +69,7 @@ def test_pending_keeps_only_our_scheduler_s_live_pods():
 def test_bind_outcome_and_watch_in_either_order_count_the_share_once(order):
     c = cache()
     p = sched_pod(slice_(16, 4))
-    c.apply("pod", "ADDED", p)
-    share = ours(p)
-    c.assume(share)
+    share = assumed(c, p)
     assert not c.pending and used(c) == (8192, 4)
     steps = [lambda: c.bind_ok(share), lambda: c.apply("pod", "MODIFIED", bound(p))]
     for step in steps if order == "outcome first" else reversed(steps):
@@ -75,8 +81,7 @@ def test_bind_outcome_and_watch_in_either_order_count_the_share_once(order):
 def test_an_old_unbound_event_after_our_bind_changes_nothing():
     c = cache()
     p = sched_pod(slice_(16, 4))
-    c.apply("pod", "ADDED", p)
-    c.assume(ours(p))
+    assumed(c, p)
     c.apply("pod", "MODIFIED", p)  # older than our binding
     assert not c.pending and used(c) == (8192, 4)
 
@@ -84,9 +89,7 @@ def test_an_old_unbound_event_after_our_bind_changes_nothing():
 def test_refused_write_gives_the_share_back_and_the_pod_waits_again():
     c = cache()
     p = sched_pod(slice_(16, 4))
-    c.apply("pod", "ADDED", p)
-    share = ours(p)
-    c.assume(share)
+    share = assumed(c, p)
     assert c.bind_failed(share, p)
     assert c.state.card(CARD).idle and list(c.pending) == [p["metadata"]["uid"]]
     assert not c.assumed and not c.in_flight
@@ -95,9 +98,7 @@ def test_refused_write_gives_the_share_back_and_the_pod_waits_again():
 def test_refused_write_after_the_watch_showed_it_bound_keeps_the_real_share():
     c = cache()
     p = sched_pod(slice_(16, 4))
-    c.apply("pod", "ADDED", p)
-    share = ours(p)
-    c.assume(share)
+    share = assumed(c, p)
     c.apply("pod", "MODIFIED", bound(p, 4096, 2))  # bound by someone else (then our write: 409)
     assert not c.bind_failed(share, p)
     assert used(c) == (4096, 2) and not c.pending
@@ -106,9 +107,7 @@ def test_refused_write_after_the_watch_showed_it_bound_keeps_the_real_share():
 def test_409_then_a_read_counts_the_other_binding_not_ours():
     c = cache()
     p = sched_pod(slice_(16, 4))
-    c.apply("pod", "ADDED", p)
-    share = ours(p)
-    c.assume(share)
+    share = assumed(c, p)
     c.bind_unknown(share, "default", p["metadata"]["name"])  # 409: hold it until the read
     assert used(c) == (8192, 4) and p["metadata"]["uid"] in c.uncertain
     other = bound(p, 4096, 2, card="n0-mthreads-1")
@@ -120,9 +119,7 @@ def test_409_then_a_read_counts_the_other_binding_not_ours():
 def test_lost_connection_holds_the_share_until_a_read_says_unbound():
     c = cache()
     p = sched_pod(whole(1))
-    c.apply("pod", "ADDED", p)
-    share = ours(p, 49152, 16)
-    c.assume(share)
+    share = assumed(c, p, 49152, 16)
     uid = p["metadata"]["uid"]
     c.bind_unknown(share, "default", p["metadata"]["name"])
     assert c.resolved(uid, 0, None) == "unknown"  # still unreachable: keep counting
@@ -136,9 +133,7 @@ def test_a_read_that_finds_the_pod_gone_forgets_it(status, body):
     settled = []
     c = cache(on_settled=settled.append)
     p = sched_pod(slice_(8))
-    c.apply("pod", "ADDED", p)
-    share = ours(p)
-    c.assume(share)
+    share = assumed(c, p)
     c.bind_unknown(share, "default", p["metadata"]["name"])
     got = None
     if body:
@@ -152,8 +147,7 @@ def test_a_read_that_finds_the_pod_gone_forgets_it(status, body):
 def test_a_read_while_the_write_is_under_way_decides_nothing():
     c = cache()
     p = sched_pod(slice_(8))
-    c.apply("pod", "ADDED", p)
-    c.assume(ours(p))
+    assumed(c, p)
     assert c.resolved(p["metadata"]["uid"], 200, p) == "unknown"
     assert used(c) == (8192, 4)
 
@@ -162,8 +156,7 @@ def test_relist_in_the_middle_keeps_only_binds_newer_than_the_list():
     c = cache()
     a, b, gone = (sched_pod(slice_(8)) for _ in range(3))
     for p in (a, b, gone):
-        c.apply("pod", "ADDED", p)
-        c.assume(ours(p, 1024, 1))
+        assumed(c, p, 1024, 1)
     assert used(c) == (3072, 3)
     # a lost watch: the relist shows a still unbound (our write is newer), b bound, gone gone
     c.apply("pod", "RESET", [a, bound(b, 1024, 1), plain_bound()])
