@@ -125,23 +125,20 @@ def random_pod(rng: random.Random) -> dict:
 
 def settle(admin, ns, names, timeout=120.0) -> list[dict]:
     """Every pod bound or marked unschedulable, and no change for 4 s."""
-    deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while True:
-        pods = list_pods(admin, ns)
-        mine = [p for p in pods if p["metadata"]["name"] in names]
+    seen = {"bound": None, "since": time.monotonic()}
+
+    def settled():
+        mine = [p for p in list_pods(admin, ns) if p["metadata"]["name"] in names]
         n_bound = sum(1 for p in mine if p["spec"].get("nodeName"))
         waiting = [p for p in mine if not p["spec"].get("nodeName") and not any(
             c["type"] == "PodScheduled" and c["status"] == "False"
             for c in p["status"].get("conditions") or ())]
-        if n_bound != last or waiting:
-            last, since = n_bound, time.monotonic()
-        elif time.monotonic() - since > 4:
-            return mine
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not settled after {timeout}s: {n_bound} bound, "
-                                 f"{len(waiting)} not yet tried")
-        time.sleep(0.5)
+        if n_bound != seen["bound"] or waiting:
+            seen.update(bound=n_bound, since=time.monotonic())
+            return None
+        return mine if time.monotonic() - seen["since"] > 4 else None
+    return wait_for(settled, timeout, interval=0.5,
+                    what="every pod bound or unschedulable, and no change for 4 s")
 
 
 def create_many(admin, ns, pods, sel) -> list[str]:
