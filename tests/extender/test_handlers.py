@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 

@@ -184,7 +184,7 @@ class LocalCluster:
         """Stop and start kube-apiserver only; same port, same etcd (so the data survives)."""
         if self._etcd is None:
             raise RuntimeError("the cluster is not running")
-        _stop_process(self._apiserver)
+        stop_process(self._apiserver)
         self._start_apiserver()
 
     def __enter__(self) -> LocalCluster:

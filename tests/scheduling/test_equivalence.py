@@ -5,8 +5,6 @@ order, reason text) fails this test."""
 import hashlib
 import random
 
-import pytest
-
 from webhook.scheduling.decide import NoFit, decide
 from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
