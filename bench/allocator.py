@@ -77,7 +77,8 @@ def make_pods(count: int) -> list[dict]:
 # --- one decision, as the loop makes it -------------------------------------------------
 
 def decide_one(pod: dict, state: ClusterState) -> bool:
-    result = decide(pod, request_of(pod, CONFIG, FLEET).request, state, CONFIG)
+    ask = request_of(pod, CONFIG, FLEET)
+    result = decide(pod, ask.request, state, CONFIG, ask.need)
     if isinstance(result, Placement):
         state.add(result.share)
         return True

@@ -44,7 +44,8 @@ def fill(node_policy: str, gpu_policy: str) -> str:
         if held and rng.random() < 0.3:
             state.remove(held.pop(rng.randrange(len(held))))
         p = _pod(rng, i)
-        result = decide(p, request_of(p, config, FLEET).request, state, config)
+        ask = request_of(p, config, FLEET)
+        result = decide(p, ask.request, state, config, ask.need)
         if isinstance(result, NoFit):
             digest.update(f"{i} nofit {result.message}\n".encode())
             refused += 1
