@@ -10,10 +10,10 @@ and deletes random bound ones with gracePeriodSeconds=0. The tests run in order 
 3. SIGKILL of the allocator at random moments, 8 times (each followed by a restart);
 4. then the load stops, bound pods are deleted until every pod has been bound once.
 
-After each fault, and at the end, the checker of rig.py (its own reading of the annotations)
-confirms: no card over its memory or cores, no exclusive card shared, no pod bound twice or
-re-allocated, no half-done pod, and no pending pod left without either a binding or
-PodScheduled=False/Unschedulable with the counted reasons.
+After each fault, and at the end, the checker (tests/harness/invariants.py, its own reading of
+the annotations) confirms: no card over its memory or cores, no exclusive card shared, no pod
+bound twice or re-allocated, no half-done pod, and no pending pod left without either a binding
+or PodScheduled=False/Unschedulable with the counted reasons.
 Figures are printed with the prefix `FAULTS` (run with -s to see them).
 """
 
