@@ -43,8 +43,9 @@ test: install tools
 	hack/kube-assets.sh >/dev/null
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The pure tests only: no API server and no process of any kind (see the markers in pyproject.toml).
 test-unit: install tools
-	$(BIN)/python -m pytest -m "not cluster and not image" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not cluster and not process and not image" $(PYTEST_ARGS)
 
 # The container image from the Dockerfile (tagged mthreads-webhook:<version>, what the chart
 # deploys), with its size; IMAGE_BASE=python:3.11-slim builds on a registry's base (hack/image.sh).

@@ -1,9 +1,9 @@
-"""Part `allocator`: the pure decision layer (webhook/allocator/decide.py), no API server.
+"""Part `allocator`: the pure decision layer (webhook/scheduling/decide.py), no API server.
 
 For each fleet size (default 1,000, 5,000 and 20,000 nodes of 8 cards, S4000 and S5000
 alternating; bench/workload.py), the state holds the nodes and then the bench's pods (20,000 by
 default: mixed slice sizes, with and without cores, and about 4% whole-card pods) are placed one
-by one, as the decision loop places a pending pod: `read_request`, `decide`, and for a placement
+by one, as the decision loop places a pending pod: `request_of`, `decide`, and for a placement
 `state.add(share)` (the loop's assume step). Every decision is timed; the table gives the rate
 over the whole fill and in three windows of it (its first, middle and last 5%), so that a cost
 that grows with the pods already placed shows.
@@ -23,11 +23,11 @@ import time
 import tracemalloc
 import uuid
 
-from webhook.allocator.decide import Placement, decide
-from webhook.allocator.state import ClusterState
+from webhook.scheduling.decide import Placement, decide
+from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import Config, MthreadsConfig
-from webhook.pods import is_mthreads_pod, read_request, resource_names
+from webhook.scheduling.request import request_of
 
 from . import workload
 from .report import Goal, Section, Table
@@ -60,7 +60,6 @@ def estimate(args) -> float:
 MT = MthreadsConfig(memory_per_card=workload.MEMORY_PER_CARD)
 CONFIG = Config(mthreads=MT)
 FLEET = Fleet.of(MT.memory_per_card)
-NAMES = resource_names(MT)
 
 
 def make_state(nodes: int) -> ClusterState:
@@ -78,8 +77,8 @@ def make_pods(count: int) -> list[dict]:
 # --- one decision, as the loop makes it -------------------------------------------------
 
 def decide_one(pod: dict, state: ClusterState) -> bool:
-    request = read_request(pod, MT, FLEET) if is_mthreads_pod(pod, NAMES) else None
-    result = decide(pod, request, state, CONFIG)
+    ask = request_of(pod, CONFIG, FLEET)
+    result = decide(pod, ask.request, state, CONFIG, ask.need)
     if isinstance(result, Placement):
         state.add(result.share)
         return True

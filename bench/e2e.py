@@ -245,7 +245,7 @@ class AllocatorScheduler(Scheduler):
 
     def __init__(self, cluster, workdir: Path, bind_threads: int | None = None):
         """`bind_threads` None: the allocator's default; 1 writes one binding at a time."""
-        from tests.allocator.kubetools import ALLOCATOR_USER
+        from tests.harness.allocator import ALLOCATOR_USER
         self.label = "allocator" if bind_threads is None else f"allocator, {bind_threads} bind thread"
         self.extra = () if bind_threads is None else ("--bind-threads", str(bind_threads))
         self.kubeconfig = cluster.kubeconfig(ALLOCATOR_USER)
@@ -255,7 +255,7 @@ class AllocatorScheduler(Scheduler):
                               else f"allocator-{bind_threads}-bind-threads.log")
 
     def start(self) -> None:
-        from tests.allocator.kubetools import AllocatorProcess
+        from tests.harness.allocator import AllocatorProcess
         ap = AllocatorProcess(self.kubeconfig, LEASE_NS, self.log, self.config, self.extra).start()
         self.proc = ap.proc
 
@@ -516,9 +516,9 @@ class PySpy:
 
 # a sample's thread, by a frame its stack holds (py-spy leaves idle threads out)
 THREAD_ROLES = (("run (webhook/allocator/loop.py", "decision loop"),
-                ("_write (webhook/allocator/binder.py", "binding writes"),
-                ("allocator/informer.py", "watches"),
-                ("allocator/leader.py", "Lease"))
+                ("_write (webhook/kube/binder.py", "binding writes"),
+                ("kube/informer.py", "watches"),
+                ("kube/leader.py", "Lease"))
 
 
 def _frame(f: str) -> str:
@@ -541,7 +541,7 @@ def _med(values: list[float]) -> float:
 
 
 def run(args) -> Section:
-    from tests.allocator.kubetools import grant_allocator_rbac
+    from tests.harness.allocator import grant_allocator_rbac
     from tests.harness.kube import ADMIN, LocalCluster
 
     nodes, pods, rounds = _sizes(args)

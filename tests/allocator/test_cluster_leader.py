@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from .builders import pod, slice_
-from .kubetools import wait_for
+from tests.builders import sched_pod as pod, slice_
+from tests.harness.wait import wait_for
 from .test_cluster import bound, create
 
 pytestmark = pytest.mark.cluster
@@ -17,15 +17,15 @@ pytestmark = pytest.mark.cluster
 def test_only_the_holder_binds_and_standby_takes_over(admin, fleet, namespace, start_allocator):
     fleet(4, 96)
     a = start_allocator("a")
-    wait_for(lambda: "lease: created" in a.log() or "lease: acquired" in a.log(), 30,
-             what="a leads")
+    a.wait_leading()
     b = start_allocator("b")
     b.wait_healthy()
     for i in range(6):
         create(admin, namespace, pod(slice_(4, 1, name="a"), name=f"x{i}"))
     for i in range(6):
         wait_for(lambda i=i: bound(admin, namespace, f"x{i}"), 30, what=f"x{i} bound")
-    assert a.log().count("INFO bound ") == 6 and "INFO bound " not in b.log()
+    allocated = "mthreads_allocator_pods_allocated_total"
+    assert a.metric(allocated) == 6 and b.metric(allocated) == 0
     a.kill()
     killed = time.monotonic()
     create(admin, namespace, pod(slice_(4, 1, name="a"), name="after-kill"))
@@ -33,11 +33,11 @@ def test_only_the_holder_binds_and_standby_takes_over(admin, fleet, namespace, s
     takeover = time.monotonic() - killed
     print(f"takeover after SIGKILL: {takeover:.1f}s")
     assert 10 < takeover < 22  # never before the dead leader's lease could have run out
-    assert "INFO bound " in b.log()
+    assert b.metric(allocated) >= 1
     c = start_allocator("c")
     c.wait_healthy()
     stopped = time.monotonic()
-    assert b.terminate() == 0
+    assert b.stop() == 0
     create(admin, namespace, pod(slice_(4, 1, name="a"), name="after-term"))
     wait_for(lambda: bound(admin, namespace, "after-term"), 15, interval=0.1, what="handover")
     handover = time.monotonic() - stopped

@@ -1,5 +1,5 @@
 """Hundreds of random pods while the allocator is restarted and SIGKILLed: checked by an
-independent reader of the annotations (tests/allocator/kubetools.py), never by webhook code."""
+independent reader of the annotations (tests/harness/invariants.py), never by webhook code."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import time
 import kubernetes.client as k
 import pytest
 
-from .builders import pod, slice_, whole
-from .kubetools import check_capacity, list_pods, wait_for
+from tests.builders import sched_pod as pod, slice_, whole
+from tests.harness.invariants import check as check_capacity
+from tests.harness.kube import list_pods
 from .test_cluster import create
 
 pytestmark = pytest.mark.cluster
@@ -61,13 +62,12 @@ def test_random_pods_with_restarts_and_kills(admin, fleet, namespace, start_allo
             check()
             if kill_at.index(i) == 1:
                 alloc.wait_healthy()
-                assert alloc.terminate() == 0  # releases the lease: the next one starts at once
+                assert alloc.stop() == 0  # releases the lease: the next one starts at once
             else:
                 alloc.kill()  # the lease stays held until it expires (15 s)
             alloc = start_allocator()
             # let it take the lease, so that the next kill hits a leader in the middle of work
-            wait_for(lambda: "lease: acquired" in alloc.log() or "lease: created" in alloc.log(),
-                     30, what="the new allocator leads")
+            alloc.wait_leading()
         if i % 40 == 39:
             check()
     # free room until every pod has been bound once

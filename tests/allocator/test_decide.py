@@ -3,16 +3,17 @@
 import pytest
 
 from webhook import annotations as keys
-from webhook.allocator import reasons
-from webhook.allocator.decide import NoFit, Placement, decide
-from webhook.allocator.shares import share_of
-from webhook.allocator.state import ClusterState
+from webhook.scheduling import reasons
+from webhook.scheduling.decide import NoFit, Placement, decide
+from webhook.scheduling.shares import share_of
+from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.hami import encode
 from webhook.pods import read_request
+from webhook.scheduling.request import request_of
 
-from .builders import mt_node, plain, pod, slice_, whole
+from tests.builders import mt_node, plain, sched_pod as pod, slice_, whole
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 CONFIG = Config(mthreads=MT)
@@ -25,10 +26,7 @@ def place(p, nodes, bound=(), config=CONFIG):
         state.set_node(n)
     for b in bound:
         state.add(share_of(b))
-    request = read_request(p, MT, FLEET) if any(
-        "mthreads.com/vgpu" in (c["resources"].get("limits") or {})
-        for c in p["spec"]["containers"] + p["spec"].get("initContainers", [])) else None
-    return decide(p, request, state, config)
+    return decide(p, request_of(p, config, FLEET).request, state, config)
 
 
 def bound_pod(node, devices_text, **kw):
@@ -210,10 +208,10 @@ class _Poisoned(dict):
 
 def full_scan(p, request, state, config):
     """The decision as SPEC 4 states it: every node checked, the policy's best of those that fit."""
-    from webhook.allocator.card_fit import card_ids, fit_cards, need_of
-    from webhook.allocator.node_fit import node_reason
-    from webhook.allocator.resources import pod_requests
-    from webhook.allocator.score import best_node, policies
+    from webhook.scheduling.card_fit import card_ids, fit_cards, need_of
+    from webhook.scheduling.node_fit import node_reason
+    from webhook.scheduling.resources import pod_requests
+    from webhook.scheduling.score import best_node, policies
     node_policy, gpu_policy = policies(p, config)
     ann = p["metadata"].get("annotations") or {}
     need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kubernetes import client
 
-from webhook.allocator.api import Api
-from webhook.allocator.informer import Informer
+from webhook.kube.api import Api
+from webhook.kube.informer import Informer
 
 NODE = {"metadata": {"name": "n1", "resourceVersion": "7"}}
 

@@ -1,9 +1,9 @@
 import pytest
 
-from webhook.allocator.inventory import node_cards
+from webhook.scheduling.inventory import node_cards
 from webhook.config import MthreadsConfig
 
-from .builders import mt_node
+from tests.builders import mt_node
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 

@@ -3,13 +3,13 @@
 import pytest
 
 from webhook import annotations as keys
-from webhook.allocator.events import EventBook
-from webhook.allocator.leader import LeaderElector
-from webhook.allocator.shares import share_of
-from webhook.allocator.state import ClusterState
+from webhook.kube.events import EventBook
+from webhook.kube.leader import LeaderElector
+from webhook.scheduling.shares import share_of
+from webhook.scheduling.state import ClusterState
 from webhook.config import MthreadsConfig
 
-from .builders import mt_node, plain, pod
+from tests.builders import mt_node, plain, sched_pod as pod
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 
@@ -136,7 +136,7 @@ class FakeLeaseApi:
         self.down = False
 
     def call(self, method, path, query=None, body=None, **kw):
-        from webhook.allocator.api import ApiError, Reply
+        from webhook.kube.api import ApiError, Reply
         if self.down:
             raise ApiError("unreachable")
         if method == "GET":
@@ -151,7 +151,7 @@ class FakeLeaseApi:
             return self._store(body)
 
     def _store(self, body):
-        from webhook.allocator.api import Reply
+        from webhook.kube.api import Reply
         self.rv += 1
         body = _copy(body)
         body["metadata"]["resourceVersion"] = str(self.rv)

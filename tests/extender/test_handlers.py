@@ -8,53 +8,17 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
-from tests.allocator.builders import mt_node, pod, slice_, whole
-from webhook.allocator.api import ApiError, Reply
+from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.harness.fake_api import FakeApi
 from webhook.config import parse_config
 from webhook.extender.app import NOT_SYNCED, create_extender_app
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import NOT_IN_CACHE
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
-
-
-class FakeApi:
-    """Answers POST .../binding with `status` (or raises), and GET pod from `pods`."""
-
-    def __init__(self):
-        self.status = 201
-        self.raise_error = False
-        self.delay = 0.0
-        self.calls: list[tuple[str, str, dict | None]] = []
-        self.pods: dict[tuple[str, str], dict] = {}
-        self.lock = threading.Lock()
-
-    def call(self, method, path, query=None, body=None, **kw):
-        with self.lock:
-            self.calls.append((method, path, body))
-        if self.delay:
-            time.sleep(self.delay)
-        parts = path.split("/")
-        if method == "GET":
-            p = self.pods.get((parts[4], parts[6]))
-            return Reply(200, p) if p else Reply(404, {"message": "not found"})
-        if self.raise_error:
-            raise ApiError("POST: timed out")
-        if self.status == 201:
-            p = self.pods.get((parts[4], parts[6]))
-            if p is not None:
-                p.setdefault("spec", {})["nodeName"] = body["target"]["name"]
-                p["metadata"].setdefault("annotations", {}).update(
-                    body["metadata"].get("annotations") or {})
-            return Reply(201, {"kind": "Status", "status": "Success"})
-        return Reply(self.status, {"message": f"HTTP {self.status}"})
-
-    def bindings(self):
-        return [c for c in self.calls if c[0] == "POST"]
 
 
 @pytest.fixture
@@ -189,7 +153,7 @@ def test_bind_writes_one_binding_with_spec_annotations(setup):
     bound["spec"]["nodeName"] = "s4"
     bound["metadata"]["annotations"].update(ann)
     cache.apply("pod", "MODIFIED", bound)
-    assert cache.state.card("s4-mthreads-0").memory_mib == 24576 and not cache.assumed
+    assert cache.state.card("s4-mthreads-0").memory_mib == 24576 and not cache.pods.assumed
 
 
 def test_exclusive_takes_an_idle_card(setup):
@@ -229,10 +193,10 @@ def test_refused_binding_rolls_back(setup, status):
     api.status = status
     if status == 404:
         api.pods.clear()
-        cache.unbound[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
+        cache.pods.pending[p["metadata"]["uid"]] = p
     err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert err.startswith("binding ") and str(status) in err
-    assert cache.state.card("s4-mthreads-0").idle and not cache.assumed and not cache.in_flight
+    assert cache.state.card("s4-mthreads-0").idle and not cache.pods.assumed and not cache.pods.in_flight
 
 
 def test_409_counts_the_real_binding(setup):
@@ -254,13 +218,13 @@ def test_unknown_outcome_keeps_the_share_until_read(setup):
     api.raise_error = True
     err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert "outcome unknown" in err
-    assert not cache.state.card("s4-mthreads-0").idle and p["metadata"]["uid"] in cache.uncertain
+    assert not cache.state.card("s4-mthreads-0").idle and p["metadata"]["uid"] in cache.pods.uncertain
     # kube-scheduler retries: the extender re-reads the pod (still unbound), frees the old
     # share and decides again: one card, not two
     api.raise_error = False
     assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
     held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
-    assert len(held) == 1 and not cache.uncertain
+    assert len(held) == 1 and not cache.pods.uncertain
 
 
 def test_retry_of_a_pod_that_did_get_bound(setup):

@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import kubernetes.client as k
 import pytest
 
-from tests.allocator.builders import pod, slice_, whole
-from tests.allocator.kubetools import list_pods, wait_for
+from tests.builders import sched_pod as pod, slice_, whole
+from tests.harness.kube import list_pods
+from tests.harness.wait import wait_for
 
 from tests.harness.invariants import S4000_MIB, S5000_MIB, check
 
@@ -124,23 +125,20 @@ def random_pod(rng: random.Random) -> dict:
 
 def settle(admin, ns, names, timeout=120.0) -> list[dict]:
     """Every pod bound or marked unschedulable, and no change for 4 s."""
-    deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while True:
-        pods = list_pods(admin, ns)
-        mine = [p for p in pods if p["metadata"]["name"] in names]
+    seen = {"bound": None, "since": time.monotonic()}
+
+    def settled():
+        mine = [p for p in list_pods(admin, ns) if p["metadata"]["name"] in names]
         n_bound = sum(1 for p in mine if p["spec"].get("nodeName"))
         waiting = [p for p in mine if not p["spec"].get("nodeName") and not any(
             c["type"] == "PodScheduled" and c["status"] == "False"
             for c in p["status"].get("conditions") or ())]
-        if n_bound != last or waiting:
-            last, since = n_bound, time.monotonic()
-        elif time.monotonic() - since > 4:
-            return mine
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not settled after {timeout}s: {n_bound} bound, "
-                                 f"{len(waiting)} not yet tried")
-        time.sleep(0.5)
+        if n_bound != seen["bound"] or waiting:
+            seen.update(bound=n_bound, since=time.monotonic())
+            return None
+        return mine if time.monotonic() - seen["since"] > 4 else None
+    return wait_for(settled, timeout, interval=0.5,
+                    what="every pod bound or unschedulable, and no change for 4 s")
 
 
 def create_many(admin, ns, pods, sel) -> list[str]:
@@ -174,32 +172,3 @@ def test_invariants_hold_under_a_few_hundred_pods(stack, admin, fleet, namespace
     pods = settle(admin, namespace, names)
     check(pods, caps)
     assert "Traceback" not in stack[0].log_path.read_text(errors="replace")
-
-
-def test_extender_path_throughput(stack, admin, fleet, namespace, record_property):
-    """Pods/s through kube-scheduler + extender (filter, prioritize, bind with one write)."""
-    count = 200
-    nodes = fleet(4, 96, count=6)
-    sel = {**fleet.selector, "bench": "on"}
-    names = create_many(admin, namespace, [pod(slice_(8, 1, name="a")) for _ in range(count)], sel)
-    core = k.CoreV1Api(admin)
-    wait_for(lambda: all(unschedulable(admin, namespace, n) for n in names[-5:]), 30,
-             what="pods tried once")
-    t0 = time.monotonic()
-    for n in nodes:  # now the pods match: kube-scheduler requeues them all
-        core.patch_node(n, {"metadata": {"labels": {"bench": "on"}}})
-
-    def n_bound():
-        return sum(1 for p in list_pods(admin, namespace) if p["spec"].get("nodeName"))
-    burst = int(count * 0.95)
-    wait_for(lambda: n_bound() >= burst, 60, interval=0.1, what=f"{burst} pods bound")
-    elapsed = time.monotonic() - t0
-    rate = burst / elapsed
-    record_property("extender_pods_per_second", round(rate, 1))
-    print(f"\nextender path: {burst} of {count} pods bound in {elapsed:.2f} s = {rate:.1f} pods/s "
-          f"(kube-scheduler 1.20 + extender, 6 nodes x 4 cards)")
-    # A pod whose bind was refused (filtered on a state its predecessor's bind then changed)
-    # waits in kube-scheduler 1.20's unschedulable queue for the next cluster event, or 60 s.
-    wait_for(lambda: n_bound() >= count, 90, interval=0.5, what=f"{count} pods bound")
-    print(f"extender path: all {count} bound after {time.monotonic() - t0:.1f} s")
-    check(list_pods(admin, namespace), capacities({n: (4, 96) for n in nodes}))

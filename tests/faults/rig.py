@@ -1,6 +1,6 @@
 """The pieces of the fault tests: a plain HTTP client, a pod watch that checks every event,
-a bounded create/delete driver and the checker. None of it imports webhook code: the
-allocation annotations are parsed here with a few lines of our own.
+a bounded create/delete driver and the checks. None of it imports webhook code: the
+allocation annotations are read by tests/harness/invariants.py, with a few lines of its own.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 
 import requests
 
+from tests.harness import invariants
+
 KIND_LABEL = "faults.mthreads/kind"  # whole | slice: what the pod asked for
 FLEET_KEY = "faults.mthreads/fleet"  # node label + taint: only our pods go to our nodes
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
+ALLOCATED = invariants.ALLOCATED
 TO_ALLOCATE = "hami.io/mthreads-vgpu-devices-to-allocate"
 # The table of SPEC 4 (bind-phase left out: a device plugin may update it).
 TABLE = (ALLOCATED, "mthreads.com/gpu-index", "mthreads.com/predicate-node", "hami.io/vgpu-node",
@@ -49,74 +51,17 @@ class Kube:
         return self.session.request(method, self.url + path, timeout=timeout, **kw)
 
 
-# -- annotations, read by hand ------------------------------------------------------------------
+# -- the checker (tests/harness/invariants.py), with what the pods' labels say -------------------
 
-def parse_allocated(text: str) -> list[tuple[str, int, int]]:
-    """(card id, MiB, cores) per entry of `<card>,Mthreads,<MiB>,<cores>:` ... `;`."""
-    out = []
-    for container in text.split(";"):
-        for entry in container.split(":"):
-            if entry:
-                card, vendor, mem, cores = entry.split(",")
-                if vendor != "Mthreads":
-                    raise ValueError(f"vendor {vendor!r}")
-                out.append((card, int(mem), int(cores)))
-    return out
+def whole_cards(pod: dict) -> int | None:
+    """How many cards a pod of the driver asked for exclusively (None: a slice pod)."""
+    if (pod["metadata"].get("labels") or {}).get(KIND_LABEL) != "whole":
+        return None
+    return int((pod["metadata"].get("annotations") or {}).get("mthreads.com/request-gpu-num") or 1)
 
 
 def card_problems(pods: list[dict], caps: dict[str, int]) -> list[str]:
-    """No card over its memory or cores, no whole card shared, cards on the pod's own node."""
-    problems: list[str] = []
-    per_card: dict[str, list] = {}  # card -> [MiB, cores, holders, whole holders]
-    for p in pods:
-        node = (p.get("spec") or {}).get("nodeName")
-        ann = p["metadata"].get("annotations") or {}
-        text = ann.get(ALLOCATED)
-        name = p["metadata"]["name"]
-        if not node or not text:
-            continue
-        if ann.get("mthreads.com/predicate-node") != node or ann.get("hami.io/vgpu-node") != node:
-            problems.append(f"{name}: annotated node {ann.get('mthreads.com/predicate-node')} "
-                            f"!= nodeName {node}")
-        try:
-            entries = parse_allocated(text)
-        except ValueError as e:
-            problems.append(f"{name}: unreadable allocation {text!r}: {e}")
-            continue
-        mine: dict[str, list[int]] = {}
-        for card, mem, cores in entries:
-            if not card.startswith(f"{node}-mthreads-"):
-                problems.append(f"{name}: card {card} is not on its node {node}")
-            m = mine.setdefault(card, [0, 0])
-            m[0] += mem
-            m[1] += cores
-        whole_pod = (p["metadata"].get("labels") or {}).get(KIND_LABEL) == "whole"
-        if whole_pod:
-            want = int(ann.get("mthreads.com/request-gpu-num") or 1)
-            if len(mine) != want:
-                problems.append(f"{name}: asked for {want} whole cards, holds {sorted(mine)}")
-        for card, (mem, cores) in mine.items():
-            cap = caps.get(card)
-            if cap is None:
-                problems.append(f"{name}: {card} is no card of the fleet")
-                continue
-            whole = whole_pod or (mem == cap and cores == 16)
-            if whole_pod and (mem != cap or cores != 16):
-                problems.append(f"{name}: exclusive pod holds {mem} MiB/{cores} cores of {card} "
-                                f"({cap} MiB)")
-            t = per_card.setdefault(card, [0, 0, 0, 0])
-            t[0] += mem
-            t[1] += cores
-            t[2] += 1
-            t[3] += whole
-    for card, (mem, cores, holders, whole) in per_card.items():
-        if mem > caps[card]:
-            problems.append(f"{card}: {mem} MiB allocated > {caps[card]}")
-        if cores > 16:
-            problems.append(f"{card}: {cores} cores allocated > 16")
-        if whole and holders > 1:
-            problems.append(f"{card}: held exclusively but shared by {holders} pods")
-    return problems
+    return invariants.card_problems(pods, caps, whole_cards)[1]
 
 
 def unschedulable_reason(pod: dict) -> str | None:

@@ -1,16 +1,21 @@
-"""The fault tests' checker (rig.py) on made-up pods: it must see every kind of loss it claims to."""
+"""The tests' invariant checker (tests/harness/invariants.py, with the fault rig's reading of
+its pods' labels) on made-up pods: it must see every kind of loss it claims to."""
 
 from __future__ import annotations
 
-from .rig import ALLOCATED, KIND_LABEL, TO_ALLOCATE, Tracker, card_problems, parse_allocated
+from tests.harness.invariants import parse_allocated
+
+from .rig import ALLOCATED, KIND_LABEL, TO_ALLOCATE, Tracker, card_problems
 
 CAPS = {f"n1-mthreads-{i}": 96 * 512 for i in range(2)} | {"n2-mthreads-0": 160 * 512}
 
 
 def bound(name: str, node: str, allocated: str, kind: str = "slice", uid: str | None = None,
           **ann) -> dict:
+    index = ",".join(dict.fromkeys(c.rsplit("-", 1)[1] for c, _, _ in parse_allocated(allocated)))
     annotations = {ALLOCATED: allocated, "mthreads.com/predicate-node": node,
-                   "hami.io/vgpu-node": node, TO_ALLOCATE: "x", **ann}
+                   "hami.io/vgpu-node": node, "mthreads.com/gpu-index": index,
+                   "hami.io/bind-phase": "allocating", TO_ALLOCATE: "x", **ann}
     return {"metadata": {"name": name, "uid": uid or name, "labels": {KIND_LABEL: kind},
                          "annotations": annotations},
             "spec": {"nodeName": node, "schedulerName": "hami-scheduler"}}
@@ -77,3 +82,20 @@ def test_the_watch_checks_the_cards_at_every_binding():
     t._event("DELETED", bound("a", "n1", "n1-mthreads-0,Mthreads,40960,8:;"))
     t._event("ADDED", bound("c", "n1", "n1-mthreads-0,Mthreads,2048,0:;"))
     assert len(t.violations) == 1  # a's share is gone, b + c fit
+
+
+def test_wrong_index_phase_unbound_allocation_scattered_slices_and_model_are_seen():
+    wrong_index = bound("i", "n1", "n1-mthreads-0,Mthreads,2048,1:;", **{"mthreads.com/gpu-index": "1"})
+    no_phase = bound("f", "n1", "n1-mthreads-0,Mthreads,2048,1:;", **{"hami.io/bind-phase": "done"})
+    unbound = bound("u", "n1", "n1-mthreads-0,Mthreads,2048,1:;")
+    del unbound["spec"]["nodeName"]
+    scattered = bound("s", "n1", "n1-mthreads-0,Mthreads,2048,1:;n1-mthreads-1,Mthreads,2048,1:;")
+    s5000 = bound("m", "n2", "n2-mthreads-0,Mthreads,49152,0:;")
+    s5000["spec"]["containers"] = [{"name": "c", "resources": {"limits": {
+        "mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "96"}}}]
+    text = "\n".join(card_problems([wrong_index, no_phase, unbound, scattered, s5000], CAPS))
+    assert "i: gpu-index '1', the cards say '0'" in text
+    assert "f: bind-phase 'done'" in text
+    assert "u: unbound but allocated" in text
+    assert "s: slices over several cards" in text
+    assert "m: 96 units not on an S4000" in text

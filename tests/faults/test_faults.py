@@ -10,10 +10,10 @@ and deletes random bound ones with gracePeriodSeconds=0. The tests run in order 
 3. SIGKILL of the allocator at random moments, 8 times (each followed by a restart);
 4. then the load stops, bound pods are deleted until every pod has been bound once.
 
-After each fault, and at the end, the checker of rig.py (its own reading of the annotations)
-confirms: no card over its memory or cores, no exclusive card shared, no pod bound twice or
-re-allocated, no half-done pod, and no pending pod left without either a binding or
-PodScheduled=False/Unschedulable with the counted reasons.
+After each fault, and at the end, the checker (tests/harness/invariants.py, its own reading of
+the annotations) confirms: no card over its memory or cores, no exclusive card shared, no pod
+bound twice or re-allocated, no half-done pod, and no pending pod left without either a binding
+or PodScheduled=False/Unschedulable with the counted reasons.
 Figures are printed with the prefix `FAULTS` (run with -s to see them).
 """
 
@@ -32,10 +32,11 @@ import pytest
 import requests
 import yaml
 
-from tests.allocator.kubetools import AllocatorProcess, ensure_namespace, grant_allocator_rbac
-from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, make_fake_node
+from tests.harness.allocator import AllocatorProcess, grant_allocator_rbac
+from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, ensure_namespace, make_fake_node
 from tests.harness.kubectl import kubectl
 from tests.harness.registration import REPO_ROOT, webhook_configurations
+from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
 
 from .rig import FLEET_KEY, Driver, Kube, Tracker, fresh_card_problems, wait_pending_explained
@@ -108,13 +109,10 @@ class Rig:
         probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
                  "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
                                           "resources": {"limits": {"mthreads.com/vgpu": "1"}}}]}}
-        deadline = time.monotonic() + 30
-        while True:  # alice's role and the new configurations take a moment
+        def mutated() -> bool:  # alice's role and the new configurations take a moment
             r = self.alice.request("POST", f"/api/v1/namespaces/{self.ns}/pods?dryRun=All", json=probe)
-            if r.status_code == 201 and r.json()["spec"].get("schedulerName") == "hami-scheduler":
-                return
-            assert time.monotonic() < deadline, f"webhook never called: {r.status_code} {r.text[:300]}"
-            time.sleep(0.3)
+            return r.status_code == 201 and r.json()["spec"].get("schedulerName") == "hami-scheduler"
+        wait_for(mutated, 30, 0.3, "the webhook mutates alice's dry-run pod")
 
     def start_allocator(self) -> AllocatorProcess:
         log = self.workdir / f"allocator-{len(self.allocators)}.log"
@@ -125,10 +123,7 @@ class Rig:
 
     def wait_leading(self, timeout: float = 30) -> float:
         t0 = time.monotonic()
-        while "leading: listing nodes and pods" not in self.alloc.log():
-            assert self.alloc.proc.poll() is None, f"allocator exited:\n{self.alloc.log()[-3000:]}"
-            assert time.monotonic() - t0 < timeout, f"allocator not leading:\n{self.alloc.log()[-3000:]}"
-            time.sleep(0.1)
+        self.alloc.wait_leading(timeout)
         return time.monotonic() - t0
 
     def delete_lease(self) -> None:
@@ -150,7 +145,7 @@ class Rig:
     def teardown(self) -> None:
         steps = [
             lambda: self.driver and self.driver.close(),
-            *[lambda a=a: _stop_allocator(a) for a in self.allocators],
+            *[lambda a=a: a.stop(timeout=10) for a in self.allocators],
             lambda: self.tracker and self.tracker.close(),
             # fail-closed configurations must not outlive the webhook
             lambda: self.registered and kubectl(
@@ -170,13 +165,6 @@ class Rig:
                 errors.append(repr(e))
         if errors:
             print("FAULTS teardown errors: " + "; ".join(errors))
-
-
-def _stop_allocator(a: AllocatorProcess) -> None:
-    try:
-        a.terminate(timeout=10)
-    except Exception:  # noqa: BLE001
-        a.kill()
 
 
 @pytest.fixture(scope="module")
@@ -201,16 +189,6 @@ def rig(kube_cluster, tmp_path_factory):
             print(f"--- {a.log_path.name} (tail) ---\n" + "\n".join(a.log().splitlines()[-15:]))
 
 
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s: {what}"
-        time.sleep(0.05)
-
-
 def by_category(failed) -> dict:
     """{category: [count, one example]} of failed creates."""
     out: dict = {}
@@ -231,8 +209,7 @@ def test_1_webhook_worker_sigkill(rig):
         (worker,) = server.workers()
         t_kill = time.monotonic()
         os.kill(worker, signal.SIGKILL)
-        new = wait_until(lambda: [p for p in server.workers() if p != worker], 15,
-                         "gunicorn starts a new worker")
+        new = wait_for(lambda: [p for p in server.workers() if p != worker], 15, 0.05, "gunicorn starts a new worker")
         t_worker = time.monotonic()
 
         def ready():
@@ -240,9 +217,9 @@ def test_1_webhook_worker_sigkill(rig):
                 return server.session.get(f"{server.url}/readyz", timeout=1).status_code == 200
             except requests.RequestException:
                 return False
-        wait_until(ready, 15, "the new worker answers /readyz")
+        wait_for(ready, 15, 0.05, "the new worker answers /readyz")
         t_ready = time.monotonic()
-        wait_until(lambda: first_ok_after(driver, t_ready), 15, "creates succeed again")
+        wait_for(lambda: first_ok_after(driver, t_ready), 15, 0.05, "creates succeed again")
         time.sleep(3)  # let late failures of the gap arrive
         assert server.proc.poll() is None, "the gunicorn master died"
         window_end = time.monotonic()
@@ -273,11 +250,11 @@ def test_2_apiserver_restart(rig, kube_cluster):
     t0 = time.monotonic()
     kube_cluster.restart_apiserver()
     t1 = time.monotonic()
-    t_ok = wait_until(lambda: first_ok_after(driver, t1), 30, "creates succeed after the restart")
+    t_ok = wait_for(lambda: first_ok_after(driver, t1), 30, 0.05, "creates succeed after the restart")
     # a pod created after the restart gets bound by the same allocator process
     created_after = lambda: [r for r in rig.tracker.all() if r.first_seen > t1]  # noqa: E731
-    wait_until(lambda: any(r.node for r in created_after()), 40,
-               "the allocator binds a pod created after the restart")
+    wait_for(lambda: any(r.node for r in created_after()), 40, 0.05,
+            "the allocator binds a pod created after the restart")
     t_bound = min(r.bound_at for r in created_after() if r.node)
     time.sleep(2)
     window_end = time.monotonic()
@@ -316,7 +293,7 @@ def test_3_allocator_sigkills(rig):
         else:
             time.sleep(rng.uniform(0.5, 3.0))
         victim = rig.alloc
-        was_leading = "leading: listing nodes and pods" in victim.log()
+        was_leading = victim.metric("mthreads_allocator_leader") == 1
         backlog = len(rig.tracker.pending())
         victim.kill()  # SIGKILL by PID, reaped
         t_kill = time.monotonic()

@@ -1,75 +1,120 @@
-"""An independent reader of the allocation annotations (its own few lines, not webhook.hami),
-and the invariants every state of the cluster must satisfy."""
+"""The one invariant checker of the tests: an independent reader of the allocation annotations
+(its own few lines, not webhook.hami) and the rules every state of the cluster must satisfy.
+The allocator's, the extender's and the fault tests use it."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 S4000_MIB, S5000_MIB = 96 * 512, 160 * 512
+CORES = 16
+BIND_PHASES = ("allocating", "success", "failed")  # the allocator writes the first; a device plugin the others
 
 
 def entries(text: str) -> list[list[tuple[str, int, int]]]:
-    """Per container: [(card id, MiB, cores)]."""
+    """Per container: [(card id, MiB, cores)]; ValueError if it is not in that form."""
     out = []
     for container in text.split(";")[:-1]:
         row = []
         for e in container.split(":"):
             if e:
                 card, vendor, mem, cores = e.split(",")
-                assert vendor == "Mthreads", text
+                if vendor != "Mthreads":
+                    raise ValueError(f"vendor {vendor!r}")
                 row.append((card, int(mem), int(cores)))
         out.append(row)
     return out
 
 
-def check(pods: list[dict], capacity_mib: dict[str, int]) -> dict[str, list[int]]:
-    """card id -> [MiB, cores, holders, whole holders]; raises AssertionError on a breach."""
+def parse_allocated(text: str) -> list[tuple[str, int, int]]:
+    """(card id, MiB, cores) of every entry, the containers run together."""
+    return [e for row in entries(text) for e in row]
+
+
+def card_problems(pods: list[dict], capacity_mib: dict[str, int],
+                  whole_cards: Callable[[dict], int | None] | None = None
+                  ) -> tuple[dict[str, list[int]], list[str]]:
+    """(card id -> [MiB, cores, holders, whole holders], the rules broken, in words).
+
+    `whole_cards(pod)`: how many cards the pod asked for exclusively, if the test knows (None:
+    a pod holding a card's whole memory and cores holds it whole)."""
+    problems: list[str] = []
     totals: dict[str, list[int]] = {}
     for p in pods:
-        ann = p["metadata"].get("annotations") or {}
-        node = p["spec"].get("nodeName")
-        text = ann.get(ALLOCATED)
-        who = p["metadata"]["name"]
+        meta, spec = p["metadata"], p.get("spec") or {}
+        ann = meta.get("annotations") or {}
+        node, text, who = spec.get("nodeName"), ann.get(ALLOCATED), meta["name"]
         if not node:
-            assert text is None, f"{who}: unbound but allocated {text}"
+            if text is not None:
+                problems.append(f"{who}: unbound but allocated {text}")
             continue
         if text is None:
             continue
-        assert ann["mthreads.com/predicate-node"] == ann["hami.io/vgpu-node"] == node, who
-        assert ann["hami.io/bind-phase"] == "allocating", who
-        rows = entries(text)
-        order: list[int] = []
+        if ann.get("mthreads.com/predicate-node") != node or ann.get("hami.io/vgpu-node") != node:
+            problems.append(f"{who}: annotated node {ann.get('mthreads.com/predicate-node')} "
+                            f"!= nodeName {node}")
+        if ann.get("hami.io/bind-phase") not in BIND_PHASES:
+            problems.append(f"{who}: bind-phase {ann.get('hami.io/bind-phase')!r}")
+        try:
+            rows = entries(text)
+        except ValueError as e:
+            problems.append(f"{who}: unreadable allocation {text!r}: {e}")
+            continue
+        order: list[str] = []
         mine: dict[str, list[int]] = {}
-        for row in rows:
-            for card, mem, cores in row:
-                assert card.startswith(f"{node}-mthreads-"), f"{who}: {card} not on {node}"
-                index = int(card.rsplit("-", 1)[1])
-                if index not in order:
-                    order.append(index)
-                m = mine.setdefault(card, [0, 0, 0])
-                m[0] += mem
-                m[1] += cores
-                m[2] += mem == capacity_mib.get(card) and cores == 16
-        assert ann["mthreads.com/gpu-index"] == ",".join(map(str, order)), who
-        slices = [e for row in rows for e in row if not (e[1] == capacity_mib.get(e[0]) and e[2] == 16)]
-        assert len({c for c, _, _ in slices}) <= 1, f"{who}: slices over several cards: {text}"
-        for card, (mem, cores, whole) in mine.items():
+        for card, mem, cores in (e for row in rows for e in row):
+            if not card.startswith(f"{node}-mthreads-"):
+                problems.append(f"{who}: card {card} is not on its node {node}")
+            index = card.rsplit("-", 1)[1]
+            if index not in order:
+                order.append(index)
+            m = mine.setdefault(card, [0, 0])
+            m[0] += mem
+            m[1] += cores
+        if ann.get("mthreads.com/gpu-index") != ",".join(order):
+            problems.append(f"{who}: gpu-index {ann.get('mthreads.com/gpu-index')!r}, "
+                            f"the cards say {','.join(order)!r}")
+        full = {c for c, (mem, cores) in mine.items() if mem == capacity_mib.get(c) and cores == CORES}
+        slices = {c for row in rows for c, mem, cores in row
+                  if not (mem == capacity_mib.get(c) and cores == CORES)}
+        if len(slices) > 1:
+            problems.append(f"{who}: slices over several cards: {text}")
+        want = whole_cards(p) if whole_cards else None
+        if want is not None and len(mine) != want:
+            problems.append(f"{who}: asked for {want} whole cards, holds {sorted(mine)}")
+        for container in spec.get("containers") or ():
+            limits = (container.get("resources") or {}).get("limits") or {}
+            units = int(limits.get("mthreads.com/sgpu-memory", 0))
+            if int(limits.get("mthreads.com/vgpu", 0)) == 1 and units in (96, 128, 160):
+                model = S4000_MIB if units == 96 else S5000_MIB
+                if any(capacity_mib.get(c) != model for c in mine):
+                    problems.append(f"{who}: {units} units not on an {'S4000' if units == 96 else 'S5000'}")
+        for card, (mem, cores) in mine.items():
+            cap = capacity_mib.get(card)
+            if cap is None:
+                problems.append(f"{who}: {card} is no card of the fleet")
+                continue
+            if want is not None and (mem != cap or cores != CORES):
+                problems.append(f"{who}: exclusive pod holds {mem} MiB/{cores} cores of {card} "
+                                f"({cap} MiB)")
             t = totals.setdefault(card, [0, 0, 0, 0])
             t[0] += mem
             t[1] += cores
             t[2] += 1
-            t[3] += bool(whole)
-        for container in p["spec"]["containers"]:
-            limits = container.get("resources", {}).get("limits", {})
-            units = int(limits.get("mthreads.com/sgpu-memory", 0))
-            count = int(limits.get("mthreads.com/vgpu", 0))
-            if count == 1 and units in (96,):
-                assert all(capacity_mib[c] == S4000_MIB for c in mine), f"{who}: 96 not on S4000"
-            if count == 1 and units in (128, 160):
-                assert all(capacity_mib[c] == S5000_MIB for c in mine), f"{who}: {units} not on S5000"
+            t[3] += want is not None or card in full
     for card, (mem, cores, holders, whole) in totals.items():
-        assert card in capacity_mib, f"{card} is no card of the fleet"
-        assert mem <= capacity_mib[card], f"{card}: {mem} MiB > {capacity_mib[card]}"
-        assert cores <= 16, f"{card}: {cores} cores"
-        if whole:
-            assert holders == 1, f"{card} is held whole but shared by {holders} pods"
+        if mem > capacity_mib[card]:
+            problems.append(f"{card}: {mem} MiB allocated > {capacity_mib[card]}")
+        if cores > CORES:
+            problems.append(f"{card}: {cores} cores allocated > {CORES}")
+        if whole and holders > 1:
+            problems.append(f"{card}: held exclusively but shared by {holders} pods")
+    return totals, problems
+
+
+def check(pods: list[dict], capacity_mib: dict[str, int]) -> dict[str, list[int]]:
+    """card id -> [MiB, cores, holders, whole holders]; AssertionError naming every breach."""
+    totals, problems = card_problems(pods, capacity_mib)
+    assert not problems, "; ".join(problems[:20])
     return totals

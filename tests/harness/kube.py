@@ -10,9 +10,9 @@ from __future__ import annotations
 import atexit
 import datetime
 import ipaddress
+import json
 import re
 import secrets
-import signal
 import socket
 import ssl
 import subprocess
@@ -27,6 +27,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tests.harness.process import log_tail, stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSETS_SCRIPT = REPO_ROOT / "hack" / "kube-assets.sh"
@@ -132,24 +134,6 @@ def write_pki(directory: Path) -> dict[str, Path]:
     return paths
 
 
-def _log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
-def _stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """SIGTERM the process by its PID, then SIGKILL it if it does not exit in time."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 class LocalCluster:
     """etcd + kube-apiserver in `workdir` (data, certificates, kubeconfigs and logs live there).
 
@@ -192,7 +176,7 @@ class LocalCluster:
         for attr in ("_apiserver", "_etcd"):
             proc = getattr(self, attr)
             if proc is not None:
-                _stop_process(proc)
+                stop_process(proc)
                 setattr(self, attr, None)
         atexit.unregister(self.stop)
 
@@ -200,7 +184,7 @@ class LocalCluster:
         """Stop and start kube-apiserver only; same port, same etcd (so the data survives)."""
         if self._etcd is None:
             raise RuntimeError("the cluster is not running")
-        _stop_process(self._apiserver)
+        stop_process(self._apiserver)
         self._start_apiserver()
 
     def __enter__(self) -> LocalCluster:
@@ -329,7 +313,7 @@ class LocalCluster:
 
     def _fail(self, reason: str) -> None:
         logs = "\n".join(
-            f"--- {name}.log (tail) ---\n{_log_tail(self.workdir / f'{name}.log')}"
+            f"--- {name}.log (tail) ---\n{log_tail(self.workdir / f'{name}.log')}"
             for name in ("etcd", "kube-apiserver")
         )
         self.stop()
@@ -423,3 +407,17 @@ class FakeFleet:
                 core.delete_node(name)
             except kubernetes.client.ApiException:
                 pass
+
+
+def ensure_namespace(api_client, name: str) -> None:
+    try:
+        kubernetes.client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
+    except kubernetes.client.ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def list_pods(api_client, namespace: str) -> list[dict]:
+    """The namespace's pods as plain JSON (no typed models)."""
+    resp = kubernetes.client.CoreV1Api(api_client).list_namespaced_pod(namespace, _preload_content=False)
+    return json.loads(resp.data)["items"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import requests
 
-from tests.harness.kube import _log_tail, _stop_process, free_ports
+from tests.harness.kube import free_ports
+from tests.harness.process import log_tail, stop_process
 
 CLI = [sys.executable, "-m", "webhook.cli"]
 
@@ -48,7 +49,7 @@ class WebhookProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{_log_tail(self.log)}")
+                raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{log_tail(self.log)}")
             try:
                 if self.session.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return self
@@ -56,7 +57,7 @@ class WebhookProcess:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"webhook not ready in {timeout}s:\n{_log_tail(self.log)}")
+        raise RuntimeError(f"webhook not ready in {timeout}s:\n{log_tail(self.log)}")
 
     def post(self, path: str, body, **kw) -> requests.Response:
         return self.session.post(f"{self.url}{path}", json=body, timeout=10, **kw)
@@ -77,6 +78,6 @@ class WebhookProcess:
 
     def stop(self) -> int | None:
         if self.proc is not None:
-            _stop_process(self.proc, timeout=30)
+            stop_process(self.proc, timeout=30)
             return self.proc.returncode
         return None

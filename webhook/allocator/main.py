@@ -11,9 +11,9 @@ import time
 import uuid
 
 from ..config import Config
-from .api import Api, make_api_client
-from .binder import DEFAULT_THREADS
-from .leader import LeaderElector
+from ..kube.api import Api, make_api_client
+from ..kube.binder import DEFAULT_THREADS
+from ..kube.leader import LeaderElector
 from .loop import Allocator
 from .metrics import Metrics, serve
 

@@ -20,13 +20,14 @@ import time
 
 from flask import Flask, jsonify, request
 
+from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..allocator.api import ApiError
-from ..allocator.binding import binding_body
-from ..allocator.decide import Placement
+from ..kube.binder import post_binding
+from ..scheduling.binding import binding_body
+from ..scheduling.decide import Placement
+from ..scheduling.request import request_of
 from . import wire
-from .decisions import choose, filter_nodes, read_pod, scores
 
 log = logging.getLogger("webhook.extender")
 
@@ -42,18 +43,14 @@ class Extender:
         args = wire.extender_args(body)
         if not self.source.ready():
             return wire.filter_error(NOT_SYNCED)
-        ask = read_pod(args.pod, self.config, self.fleet)
-        with self.source.lock:
-            fits, failed = filter_nodes(args.pod, ask, args.node_names, self.source.state,
-                                        self.config)
+        ask = request_of(args.pod, self.config, self.fleet)
+        fits, failed = self.source.filter(args.pod, ask, args.node_names)
         return wire.filter_result(args, fits, failed)
 
     def prioritize(self, body) -> list[dict]:
         args = wire.extender_args(body)
-        ask = read_pod(args.pod, self.config, self.fleet)
-        with self.source.lock:
-            return wire.priority_list(scores(args.pod, ask, args.node_names, self.source.state,
-                                             self.config))
+        ask = request_of(args.pod, self.config, self.fleet)
+        return wire.priority_list(self.source.scores(args.pod, ask, args.node_names))
 
     def bind(self, body) -> dict:
         b = wire.binding_args(body)
@@ -63,66 +60,57 @@ class Extender:
         pod = self._pod(b)
         if isinstance(pod, str):
             return wire.binding_result(pod)
-        ask = read_pod(pod, self.config, self.fleet)
-        with self.source.lock:
-            if b.uid in self.source.in_flight:
-                return wire.binding_result(f"pod {who}: a binding is already being written")
-            result = choose(pod, ask, b.node, self.source.state, self.config)
-            if isinstance(result, str):
-                log.info("bind %s on %s refused: %s", who, b.node, result)
-                return wire.binding_result(f"node {b.node}: {result}")
-            self.source.assume(result.share)  # counted before the write: never handed out twice
-        return self._write(b, result, ask.request is not None)
+        ask = request_of(pod, self.config, self.fleet)
+        result = self.source.choose_and_assume(pod, ask, b.node)
+        if result is None:
+            return wire.binding_result(f"pod {who}: a binding is already being written")
+        if isinstance(result, str):
+            log.info("bind %s on %s refused: %s", who, b.node, result)
+            return wire.binding_result(f"node {b.node}: {result}")
+        return self._write(b, pod, result, ask.request is not None)
 
     def _pod(self, b: wire.BindingArgs):
         """The pod to bind, from the cache, else (or when our last write's outcome is
         unknown) from the API server."""
-        with self.source.lock:
-            pod = self.source.unbound.get((b.namespace, b.name))
-            doubt = b.uid in self.source.assumed or b.uid in self.source.uncertain
-        if pod is not None and pod["metadata"].get("uid") == b.uid and not doubt:
+        who = f"{b.namespace}/{b.name}"
+        pod, doubt = self.source.pending_pod(b.uid, b.namespace, b.name)
+        if pod is not None and not doubt:
             return pod
         if doubt:
-            state = self.source.resolve(b.uid, b.namespace, b.name)
+            state, status, pod = self.source.resolve(b.uid, b.namespace, b.name)
             if state == "bound":
-                return f"pod {b.namespace}/{b.name} is already bound"
+                return f"pod {who} is already bound"
             if state == "unknown":
-                return f"pod {b.namespace}/{b.name}: the outcome of an earlier binding is unknown"
-        status, pod = self.source.read_pod(b.namespace, b.name)
+                return f"pod {who}: the outcome of an earlier binding is unknown"
+        else:
+            status, pod = self.source.read_pod(b.namespace, b.name)
         if pod is None:
-            return f"pod {b.namespace}/{b.name}: " + ("not found" if status == 404
-                                                      else f"cannot be read (HTTP {status})")
+            return f"pod {who}: " + ("not found" if status == 404 else f"cannot be read (HTTP {status})")
         if pod["metadata"].get("uid") != b.uid:
-            return f"pod {b.namespace}/{b.name}: uid {b.uid} is gone"
+            return f"pod {who}: uid {b.uid} is gone"
         if (pod.get("spec") or {}).get("nodeName"):
-            return f"pod {b.namespace}/{b.name} is already bound to {pod['spec']['nodeName']}"
+            return f"pod {who} is already bound to {pod['spec']['nodeName']}"
         return pod
 
-    def _write(self, b: wire.BindingArgs, p: Placement, mthreads: bool) -> dict:
+    def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
         who = f"{b.namespace}/{b.name}"
         body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(), with_annotations=mthreads)
-        try:
-            reply = self.source.api.call(
-                "POST", f"/api/v1/namespaces/{b.namespace}/pods/{b.name}/binding", body=body)
-        except ApiError as e:
+        status, message = post_binding(self.source.api, body)
+        if status is None:
             # it may have happened: keep the share counted until a read tells
-            self.source.written(p.share, False, (b.namespace, b.name))
-            log.warning("bind %s: %s; outcome unknown, holding its cards until re-read", who, e)
-            return wire.binding_result(f"binding {who}: outcome unknown: {e}")
-        if reply.ok:
-            self.source.written(p.share, True, (b.namespace, b.name))
-            devices = body["metadata"].get("annotations", {}).get(
-                "hami.io/mthreads-vgpu-devices-allocated", "-")
+            self.source.bind_unknown(p.share, b.namespace, b.name)
+            log.warning("bind %s: %s; outcome unknown, holding its cards until re-read", who, message)
+            return wire.binding_result(f"binding {who}: outcome unknown: {message}")
+        if 200 <= status < 300:
+            self.source.bind_ok(p.share)
+            devices = body["metadata"].get("annotations", {}).get(keys.ALLOCATED, "-")
             log.info("bound %s to %s: %s", who, p.node, devices)
             return wire.binding_result()
-        self.source.rollback(p.share)  # refused: nothing was written
-        if reply.status in (404, 409):  # gone, or someone else bound it: learn the truth now
-            status, pod = self.source.read_pod(b.namespace, b.name)
-            if pod is not None and pod["metadata"].get("uid") == b.uid:
-                with self.source.lock:
-                    self.source.seen(pod)
-        log.info("bind %s: %s", who, reply.message())
-        return wire.binding_result(f"binding {who}: {reply.message()}")
+        self.source.bind_failed(p.share, pod)  # refused: nothing was written
+        if status in (404, 409):  # gone, or someone else bound it: learn the truth now
+            self.source.resolve(b.uid, b.namespace, b.name)
+        log.info("bind %s: %s", who, message)
+        return wire.binding_result(f"binding {who}: {message}")
 
 
 def create_extender_app(config: Config, state_source) -> Flask:

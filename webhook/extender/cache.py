@@ -1,40 +1,29 @@
-"""The extender's own node and pod cache (it is node-cache capable): list+watch into ClusterState.
+"""The extender's cache: the shared pod cache (scheduling/cache.py) behind one lock, fed by
+the watches, with the few questions the HTTP handlers ask of it.
 
 kube-scheduler sends node names only, so the extender keeps the nodes and the bound pods'
-shares itself, with the allocator's informer and ClusterState. Everything the HTTP handlers
-and the watch thread touch is guarded by one lock; the API calls are made outside it.
-
-Shares of pods this process bound (or is binding) are "assumed": counted from the moment
-the card is chosen, before the binding is written, until the watch shows the pod bound
-(then its annotation counts the same share, keyed by uid, so not twice) or gone.
+shares itself (it is node-cache capable). The handlers run on gunicorn's threads and the
+watch events are applied on this cache's thread; every read and change of the pod cache
+happens inside one method here, under the lock; the API calls are made outside it.
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
 
 from ..config import Config
-from ..allocator.api import Api, ApiError
-from ..allocator.informer import Informer
-from ..allocator.shares import PodShare, share_of
-from ..allocator.state import ClusterState
+from ..kube.api import Api
+from ..kube.binder import read_pod
+from ..kube.informer import Informer, watch_cluster
+from ..scheduling.cache import PodCache
+from ..scheduling.decide import Placement
+from ..scheduling.request import PodAsk
+from ..scheduling.shares import PodShare
+from .decisions import choose, filter_nodes, scores
 
-log = logging.getLogger(__name__)
-
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
-
-
-def _uid(pod: dict) -> str:
-    return pod["metadata"]["uid"]
-
-
-def _key(pod: dict) -> tuple[str, str]:
-    m = pod["metadata"]
-    return m.get("namespace", ""), m.get("name", "")
 
 
 class Cache:
@@ -44,25 +33,20 @@ class Cache:
     def __init__(self, config: Config, api: Api | None = None):
         self.config, self.api = config, api
         self.lock = threading.RLock()
-        self.state = ClusterState(config.mthreads)
-        self.unbound: dict[tuple[str, str], dict] = {}  # (ns, name) -> a pod not bound yet
-        self.assumed: dict[str, PodShare] = {}  # uid -> the share we chose, not yet seen bound
-        self.in_flight: set[str] = set()  # uids whose binding write is under way
-        self.uncertain: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): outcome unknown
-        self.synced: set[str] = set()
-        self.warned: set[str] = set()
+        self.pods = PodCache(config.mthreads)
         self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
 
+    @property
+    def state(self):
+        return self.pods.state
+
     # lifecycle
     def start(self) -> "Cache":
         assert self.api is not None
-        self._informers = [
-            Informer(self.api, "node", "/api/v1/nodes", None, self.events, 1).start(),
-            Informer(self.api, "pod", "/api/v1/pods", LIVE_PODS, self.events, 1).start(),
-        ]
+        self._informers = watch_cluster(self.api, self.events, 1)
         self._thread = threading.Thread(target=self._run, name="extender-cache", daemon=True)
         self._thread.start()
         return self
@@ -74,7 +58,7 @@ class Cache:
 
     def ready(self) -> bool:
         with self.lock:
-            return self.synced >= {"node", "pod"}
+            return self.pods.ready
 
     def _run(self) -> None:
         last_resolve = time.monotonic()
@@ -91,116 +75,69 @@ class Cache:
                             self.apply(*self.events.get_nowait()[1:])
                         except queue.Empty:
                             break
-            if self.uncertain and time.monotonic() - last_resolve > RESOLVE_EVERY:
+            if time.monotonic() - last_resolve > RESOLVE_EVERY:
                 last_resolve = time.monotonic()
-                for uid, (ns, name) in list(self.uncertain.items()):
+                with self.lock:
+                    uncertain = list(self.pods.uncertain.items())
+                for uid, (ns, name) in uncertain:
                     self.resolve(uid, ns, name)
 
-    # watch events (call with the lock held)
     def apply(self, kind: str, event: str, obj) -> None:
         with self.lock:
-            if kind == "node":
-                self.state.node_event(event, obj)
-            elif event == "RESET":
-                self._relist(obj)
-            elif event == "DELETED":
-                self._gone(_uid(obj), _key(obj))
-            else:
-                self.seen(obj)
-            if event == "RESET":
-                self.synced.add(kind)
+            self.pods.apply(kind, event, obj)
 
-    def _relist(self, pods: list[dict]) -> None:
-        keep = dict(self.assumed)
-        self.state.clear_shares()
-        self.unbound.clear()
-        self.assumed.clear()
-        unbound = {_uid(p) for p in pods if not (p.get("spec") or {}).get("nodeName")}
-        for uid, share in keep.items():
-            if uid in unbound:  # our binding is newer than the list (or still being written)
-                self.assumed[uid] = share
-                self.state.add(share)
-        for pod in pods:
-            self.seen(pod)
-
-    def seen(self, pod: dict) -> None:
-        uid, key = _uid(pod), _key(pod)
-        spec = pod.get("spec") or {}
-        if spec.get("nodeName"):
-            self.unbound.pop(key, None)
-            self.assumed.pop(uid, None)
-            self.uncertain.pop(uid, None)
-            share = share_of(pod)
-            if share.problem and uid not in self.warned:
-                self.warned.add(uid)
-                log.warning("pod %s/%s: %s; counting %s as fully used", *key, share.problem,
-                            ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
-            self.state.add(share)
-            return
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            self.unbound.pop(key, None)
-            return
-        self.unbound[key] = pod
-
-    def _gone(self, uid: str, key: tuple[str, str]) -> None:
-        old = self.unbound.get(key)
-        if old is not None and _uid(old) == uid:
-            del self.unbound[key]
-        self.assumed.pop(uid, None)
-        self.uncertain.pop(uid, None)
-        self.warned.discard(uid)
-        self.state.remove(uid)
-
-    # used by the binder
-    def assume(self, share: PodShare) -> None:
+    # the handlers' questions
+    def filter(self, pod: dict, ask: PodAsk, names: list[str]) -> tuple[list[str], dict[str, str]]:
         with self.lock:
-            self.assumed[share.uid] = share
-            self.in_flight.add(share.uid)
-            self.state.add(share)
+            return filter_nodes(pod, ask, names, self.pods.state, self.config)
 
-    def rollback(self, share: PodShare) -> None:
-        """Our write did not happen: drop the share, unless the watch has replaced it since."""
+    def scores(self, pod: dict, ask: PodAsk, names: list[str]) -> list[tuple[str, int]]:
         with self.lock:
-            self.in_flight.discard(share.uid)
-            if self.assumed.get(share.uid) is share:
-                del self.assumed[share.uid]
-                self.state.remove(share.uid)
+            return scores(pod, ask, names, self.pods.state, self.config)
 
-    def written(self, share: PodShare, outcome_known: bool, key: tuple[str, str]) -> None:
+    def pending_pod(self, uid: str, namespace: str, name: str) -> tuple[dict | None, bool]:
+        """(the cached unbound pod or None, whether an earlier binding of it is in doubt)."""
         with self.lock:
-            self.in_flight.discard(share.uid)
-            if not outcome_known and self.assumed.get(share.uid) is share:
-                self.uncertain[share.uid] = key
+            pod = self.pods.pending.get(uid)
+            doubt = uid in self.pods.assumed or uid in self.pods.uncertain
+        if pod is not None and (pod["metadata"].get("namespace"), pod["metadata"].get("name")) \
+                != (namespace, name):
+            pod = None
+        return pod, doubt
 
-    def read_pod(self, ns: str, name: str) -> tuple[int, dict | None]:
+    def choose_and_assume(self, pod: dict, ask: PodAsk, node: str) -> Placement | str | None:
+        """The cards on `node` chosen on the state that counts every share chosen before, and
+        counted at once (before the write: never handed out twice); or why they do not fit;
+        None if a binding of the pod is being written right now."""
+        uid = pod["metadata"]["uid"]
+        with self.lock:
+            if uid in self.pods.in_flight:
+                return None
+            result = choose(pod, ask, node, self.pods.state, self.config)
+            if not isinstance(result, str):
+                self.pods.assume(result.share)
+            return result
+
+    def bind_ok(self, share: PodShare) -> None:
+        with self.lock:
+            self.pods.bind_ok(share)
+
+    def bind_failed(self, share: PodShare, pod: dict) -> None:
+        with self.lock:
+            self.pods.bind_failed(share, pod)
+
+    def bind_unknown(self, share: PodShare, namespace: str, name: str) -> None:
+        with self.lock:
+            self.pods.bind_unknown(share, namespace, name)
+
+    def read_pod(self, namespace: str, name: str) -> tuple[int, dict | None]:
         """A fresh GET (outside the lock): (HTTP status, pod or None); (0, None) if unreachable."""
         if self.api is None:
             return 0, None
-        try:
-            reply = self.api.call("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except ApiError:
-            return 0, None
-        return reply.status, reply.body if reply.ok else None
+        return read_pod(self.api, namespace, name)
 
-    def resolve(self, uid: str, ns: str, name: str) -> str:
-        """Learn the real state of a pod whose binding outcome is unknown.
-
-        Returns "bound", "unbound", "gone" or "unknown" (not reachable: keep counting it)."""
-        status, pod = self.read_pod(ns, name)
+    def resolve(self, uid: str, namespace: str, name: str) -> tuple[str, int, dict | None]:
+        """Read a pod and learn from it: ("bound" | "unbound" | "gone" | "unknown", status, pod)."""
+        status, pod = self.read_pod(namespace, name)
         with self.lock:
-            if status == 404 or (pod is not None and _uid(pod) != uid):
-                self._gone(uid, (ns, name))
-                return "gone"
-            if pod is None:
-                return "unknown"
-            if uid in self.in_flight:
-                return "unknown"
-            self.uncertain.pop(uid, None)
-            if (pod.get("spec") or {}).get("nodeName"):
-                self.seen(pod)
-                return "bound"
-            share = self.assumed.pop(uid, None)
-            if share is not None:
-                self.state.remove(uid)
-            self.seen(pod)
-            return "unbound"
+            return self.pods.resolved(uid, status, pod), status, pod

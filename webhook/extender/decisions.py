@@ -9,47 +9,18 @@ answers "can this node's cards serve the pod, and which cards".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .. import annotations as keys
-from ..cards import Fleet
 from ..config import Config
-from ..pods import InvalidRequest, Kind, PodRequest, is_mthreads_pod, read_request, resource_names
-from ..allocator import reasons
-from ..allocator.card_fit import CardNeed, card_ids, fit_cards, need_of
-from ..allocator.decide import Placement, placement
-from ..allocator.inventory import Card
-from ..allocator.resources import pod_requests
-from ..allocator.score import node_used, policies
-from ..allocator.state import ClusterState
+from ..pods import Kind
+from ..scheduling.card_fit import fit_cards
+from ..scheduling.decide import Placement, placement
+from ..scheduling.inventory import Card
+from ..scheduling.resources import pod_requests
+from ..scheduling.score import node_used, policies
+from ..scheduling.request import PodAsk
+from ..scheduling.state import ClusterState
 
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority (extender/v1)
 NOT_IN_CACHE = "node is not in the extender's cache yet"
-
-
-@dataclass(frozen=True)
-class PodAsk:
-    """A pod read once per request: what it asks for, or why it cannot be placed."""
-
-    request: PodRequest | None  # None: no Mthreads cards (or devices disabled)
-    need: CardNeed | None
-    invalid: str | None = None  # the whole InvalidRequest message
-
-
-def read_pod(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
-    mt = config.mthreads
-    if not mt.enabled or not is_mthreads_pod(pod, resource_names(mt)):
-        return PodAsk(None, None)
-    try:
-        request = read_request(pod, mt, fleet or Fleet.of(mt.memory_per_card))
-    except InvalidRequest as e:
-        return PodAsk(None, None, f"{reasons.INVALID_REQUEST}: the pod breaks admission rule "
-                                  f"{e.rule}: {e.message}")
-    if request.kind is Kind.NONE:
-        return PodAsk(request, None)
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
-    return PodAsk(request, need_of(request, card_ids(ann.get(keys.USE_CARDS)),
-                                   card_ids(ann.get(keys.NOUSE_CARDS))))
 
 
 def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,

@@ -15,7 +15,7 @@ import logging
 from gunicorn.app.base import BaseApplication
 
 from ..config import Config
-from ..allocator.api import Api, make_api_client
+from ..kube.api import Api, make_api_client
 
 log = logging.getLogger("webhook.extender")
 

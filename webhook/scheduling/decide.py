@@ -14,7 +14,7 @@ from ..config import Config
 from ..hami import Device
 from ..pods import Kind, PodRequest
 from . import reasons
-from .card_fit import card_ids, fit_cards, least_card, may_fit, need_of
+from .card_fit import CardNeed, card_ids, fit_cards, least_card, may_fit, need_of
 from .inventory import Card
 from .node_fit import node_reason
 from .resources import pod_requests
@@ -37,15 +37,19 @@ class NoFit:
     rejected: Counter
 
 
-def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: Config):
-    """Placement or NoFit. `request` None: the pod asks for no Mthreads card."""
+def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: Config,
+           need: CardNeed | None = None):
+    """Placement or NoFit. `request` None: the pod asks for no Mthreads card. `need`: the
+    request's card need if the caller has it already (request.request_of), else read here."""
     spec = pod.get("spec") or {}
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
     node_policy, gpu_policy = policies(pod, config)
     wants = pod_requests(pod)
     kind = request.kind if request is not None else Kind.NONE
-    need = need_of(request, card_ids(ann.get(keys.USE_CARDS)),
-                   card_ids(ann.get(keys.NOUSE_CARDS))) if kind is not Kind.NONE else None
+    if kind is Kind.NONE:
+        need = None
+    elif need is None:
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))
     if need is not None:
         fit = _first_fit(pod, request, spec, wants, need, state, node_policy, gpu_policy)
         if fit is not None:

@@ -13,6 +13,7 @@ import threading
 
 from kubernetes.watch.watch import iter_resp_lines
 
+from ..scheduling.cache import LIVE_PODS
 from .api import Api, ApiError
 
 log = logging.getLogger(__name__)
@@ -113,3 +114,9 @@ class Informer:
                 resp.release_conn()
             except Exception:
                 pass
+
+
+def watch_cluster(api: Api, out: "queue.Queue", session: int) -> list[Informer]:
+    """The two watches a pod cache is fed from: every node, and the pods still running."""
+    return [Informer(api, "node", "/api/v1/nodes", None, out, session).start(),
+            Informer(api, "pod", "/api/v1/pods", LIVE_PODS, out, session).start()]

@@ -8,11 +8,9 @@ used card of the node, `binpack` the busiest.
 from __future__ import annotations
 
 from .. import annotations as keys
-from ..config import Config
+from ..config import POLICIES, Config
 from ..pods import Kind
 from .state import ClusterState, NodeInfo
-
-POLICIES = ("binpack", "spread")
 
 
 def policies(pod: dict, config: Config) -> tuple[str, str]:

@@ -1,9 +1,10 @@
-"""The pods/binding writes, a few at a time, off the decision thread.
+"""The pods/binding writes and the pod re-reads, a few at a time, off the decision thread.
 
 A binding's round trip is most of what placing a pod costs, and the API server takes
 several at once; so the decision thread assumes the share, hands the write to this pool
-and goes on deciding. Each outcome comes back through the loop's event queue, so only
-the decision thread ever touches the state (it rolls a refused write back there).
+and goes on deciding. Each outcome (and each re-read of a pod whose binding outcome is
+unknown) comes back through the loop's event queue, so only the decision thread ever
+touches the state.
 """
 
 from __future__ import annotations
@@ -14,11 +15,33 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from ..scheduling.decide import Placement
 from .api import Api, ApiError
-from .decide import Placement
 
 DEFAULT_THREADS = 32
-EVENT_KIND = "bind"  # the kind of the queue items this posts
+EVENT_KIND = "bind"  # the kind of the queue items a binding's outcome is posted as
+READ_KIND = "read"  # ... and a re-read's
+
+
+def post_binding(api: Api, body: dict) -> tuple[int | None, str]:
+    """Write one pods/binding: (HTTP status, message); status None: the API server was not
+    reached, the write may have happened."""
+    meta = body["metadata"]
+    try:
+        reply = api.call("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                         body=body)
+    except ApiError as e:
+        return None, str(e)
+    return reply.status, reply.message()
+
+
+def read_pod(api: Api, namespace: str, name: str) -> tuple[int, dict | None]:
+    """A fresh GET: (HTTP status, the pod or None); (0, None) if the API server was not reached."""
+    try:
+        reply = api.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError:
+        return 0, None
+    return reply.status, reply.body if reply.ok else None
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,13 @@ class BindOutcome:
     @property
     def ok(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
+
+
+@dataclass(frozen=True)
+class ReadOutcome:
+    uid: str
+    status: int  # 0: not reached
+    pod: dict | None
 
 
 class Binder:
@@ -55,21 +85,21 @@ class Binder:
     def applied(self) -> None:
         self.in_flight -= 1
 
+    def reread(self, session: int, uid: str, namespace: str, name: str) -> None:
+        self.pool.submit(self._read, session, uid, namespace, name)
+
     def _write(self, session: int, pod: dict, placement: Placement, body: dict) -> None:
-        meta = body["metadata"]
         t0 = time.perf_counter()
         if not self.holds_lease():  # the lease must still be ours at the moment we write
             status, message = 0, "not written: the lease was lost"
         else:
-            try:
-                reply = self.api.call(
-                    "POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
-                    body=body)
-                status, message = reply.status, reply.message()
-            except ApiError as e:
-                status, message = None, str(e)
+            status, message = post_binding(self.api, body)
         outcome = BindOutcome(pod, placement, body, status, message, time.perf_counter() - t0)
         self.events.put((session, EVENT_KIND, "DONE", outcome))
+
+    def _read(self, session: int, uid: str, namespace: str, name: str) -> None:
+        status, pod = read_pod(self.api, namespace, name)
+        self.events.put((session, READ_KIND, "DONE", ReadOutcome(uid, status, pod)))
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -42,10 +42,6 @@ def _meta(pod: dict) -> dict:
     return pod.get("metadata") or {}
 
 
-def is_terminated(pod: dict) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
 def share_of(pod: dict) -> PodShare:
     """The share of a pod bound to a node (no allocation annotation: cpu/memory only)."""
     meta = _meta(pod)

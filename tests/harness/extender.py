@@ -1,13 +1,11 @@
-"""kube-scheduler 1.20 + the extender as real processes against the test API server.
+"""kube-scheduler 1.20 + the extender as real processes against the test API server (for
+tests/extender and bench/extender.py).
 
 Everything listens on 127.0.0.1; each process is stopped by its own PID.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -15,8 +13,7 @@ from pathlib import Path
 import yaml
 
 from tests.harness.kube import free_ports
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.harness.process import LoggedProcess
 RESOURCES = ("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
 
 
@@ -53,41 +50,17 @@ def _up(url: str) -> bool:
         return False
 
 
-class Process:
-    def __init__(self, args: list[str], log_path: Path, health_url: str):
-        self.args, self.log_path, self.health_url = args, log_path, health_url
-        self.proc: subprocess.Popen | None = None
+class Process(LoggedProcess):
+    """A process of the stack, in its own session, healthy when `health_url` answers 200."""
 
-    def start(self) -> "Process":
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self.args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True)
-        return self
+    def __init__(self, args: list[str], log_path: Path, health_url: str):
+        super().__init__(args, log_path, new_session=True)
+        self.health_url = health_url
 
     def healthy(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
+        if not self.running():
             raise AssertionError(f"{self.args[0]} exited:\n{self.tail()}")
         return _up(self.health_url)
-
-    def stop(self, timeout: float = 15) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
 
 def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str):

@@ -1,9 +1,16 @@
-"""Telling users why a pod waits: the PodScheduled condition and a FailedScheduling event."""
+"""Telling users why a pod waits: the PodScheduled condition and a FailedScheduling event.
+
+The writes run on the reporter's own thread, so the decision thread never waits on them:
+`unschedulable` and `forget` only queue work; a pod reported again before its last report
+was written is written once, with the newest message.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from datetime import datetime, timezone
 
 from .api import Api, ApiError
@@ -26,9 +33,52 @@ def scheduled_condition(pod: dict) -> dict | None:
 class Reporter:
     def __init__(self, api: Api, component: str, instance: str):
         self.api, self.component, self.instance = api, component, instance
-        self.book = EventBook()
+        self.book = EventBook()  # the reporter thread's only
+        self._lock = threading.Lock()
+        # uid -> (forget what was reported first?, the newest report or None)
+        self._work: OrderedDict[str, tuple[bool, tuple[dict, str] | None]] = OrderedDict()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
+        self._thread.start()
 
     def unschedulable(self, pod: dict, message: str) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            forget, _ = self._work.pop(uid, (False, None))
+            self._work[uid] = (forget, (pod, message))
+        self._wake.set()
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._work.pop(uid, None)
+            self._work[uid] = (True, None)
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._work
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            while not self._stopped.is_set():
+                with self._lock:
+                    if not self._work:
+                        break
+                    uid, (forget, report) = self._work.popitem(last=False)
+                if forget:
+                    self.book.forget(uid)
+                if report is not None:
+                    self.write(*report)
+
+    def write(self, pod: dict, message: str) -> None:
         meta = pod["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         try:
@@ -41,9 +91,6 @@ class Reporter:
                 self._patch_event(ns, uid)
         except ApiError as e:
             log.warning("reporting %s/%s: %s", ns, name, e)
-
-    def forget(self, uid: str) -> None:
-        self.book.forget(uid)
 
     def _condition(self, pod: dict, message: str) -> None:
         c = scheduled_condition(pod)

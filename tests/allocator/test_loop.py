@@ -1,0 +1,173 @@
+"""The allocator's decision loop on the shared pod cache, with a fake API (no process): every
+event order that matters between a binding's outcome and the watch, and no API call made on
+the decision thread."""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+
+from tests.builders import mt_node, sched_pod, slice_, whole
+from tests.harness.fake_api import FakeApi
+from tests.harness.wait import wait_for
+from webhook import annotations as keys
+from webhook.allocator import loop
+from webhook.allocator.loop import Allocator
+from webhook.allocator.metrics import Metrics
+from webhook.config import parse_config
+
+CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
+
+
+class Leader:
+    def __init__(self):
+        self.changed = threading.Event()
+
+    def holds(self) -> bool:
+        return True
+
+
+class ThreadRecordingApi(FakeApi):
+    def call(self, method, path, *a, **kw):
+        self.threads.append(threading.current_thread())
+        return super().call(method, path, *a, **kw)
+
+
+@pytest.fixture
+def alloc():
+    api = ThreadRecordingApi()
+    api.threads = []
+    a = Allocator(CONFIG, api, Leader(), Metrics(), "test", bind_threads=2)
+    a.session = 1
+    a._apply(1, "node", "RESET", [mt_node("n0", 1, 96)])
+    a._apply(1, "pod", "RESET", [])
+    yield a
+    a.binder.shutdown()
+    a.reporter.stop()
+
+
+def add(a: Allocator, p: dict) -> dict:
+    a._apply(1, "pod", "ADDED", p)
+    a.api.pods[("default", p["metadata"]["name"])] = copy.deepcopy(p)
+    return p
+
+
+def settle(a: Allocator) -> None:
+    """Apply outcomes until no write or read is under way."""
+    def idle():
+        a._drain(0.05)
+        return a.binder.in_flight == 0 and not a.reading
+    wait_for(idle, 10, interval=0, what="the binder's outcomes")
+
+
+def used(a: Allocator, card: str = "n0-mthreads-0") -> tuple[int, int]:
+    u = a.state.card(card)
+    return u.memory_mib, u.cores
+
+
+def watch_bound(a: Allocator, p: dict) -> None:
+    a._apply(1, "pod", "MODIFIED", a.api.pods[("default", p["metadata"]["name"])])
+
+
+def test_outcome_before_the_watch_counts_the_share_once(alloc):
+    p = add(alloc, sched_pod(slice_(16, 4)))
+    assert alloc.schedule_pass() == 1
+    assert used(alloc) == (8192, 4)  # assumed at once, before the write's outcome
+    settle(alloc)
+    assert alloc.metrics.allocated._value.get() == 1 and used(alloc) == (8192, 4)
+    watch_bound(alloc, p)
+    assert used(alloc) == (8192, 4) and not alloc.cache.assumed and not alloc.cache.pending
+
+
+def test_watch_before_the_outcome_counts_the_share_once(alloc):
+    p = add(alloc, sched_pod(slice_(16, 4)))
+    alloc.api.delay = 0.3  # the write's reply comes after the watch event
+    assert alloc.schedule_pass() == 1
+    (_, _, body), = wait_for(lambda: alloc.api.bindings(), 10, what="the write")
+    shown = copy.deepcopy(p)  # what the watch shows once the write is in (its reply still on the way)
+    shown["spec"]["nodeName"] = body["target"]["name"]
+    shown["metadata"]["annotations"].update(body["metadata"]["annotations"])
+    alloc._apply(1, "pod", "MODIFIED", shown)
+    assert alloc.binder.in_flight == 1 and not alloc.cache.assumed and used(alloc) == (8192, 4)
+    settle(alloc)
+    assert used(alloc) == (8192, 4) and not alloc.cache.assumed and not alloc.cache.in_flight
+
+
+def test_409_is_read_off_the_decision_thread_and_the_real_binding_counts(alloc):
+    p = add(alloc, sched_pod(slice_(16, 4)))
+    stored = alloc.api.pods[("default", p["metadata"]["name"])]
+    stored["spec"]["nodeName"] = "n0"  # someone else bound it, to other figures
+    stored["metadata"]["annotations"][keys.ALLOCATED] = "n0-mthreads-0,Mthreads,4096,2:;"
+    alloc.api.status = 409
+    alloc.schedule_pass()
+    settle(alloc)
+    assert used(alloc) == (4096, 2) and not alloc.cache.uncertain and not alloc.cache.pending
+    gets = [t for t, c in zip(alloc.api.threads, alloc.api.calls) if c[0] == "GET"]
+    assert gets and all(t is not threading.current_thread() for t in gets)
+
+
+def test_unknown_outcome_holds_the_cards_until_a_read_says_unbound(alloc, monkeypatch):
+    monkeypatch.setattr(loop, "REREAD_EVERY", 0.0)
+    p = add(alloc, sched_pod(whole(1)))
+    alloc.api.raise_error = True
+    alloc.schedule_pass()
+    settle(alloc)
+    uid = p["metadata"]["uid"]
+    assert uid in alloc.cache.uncertain and used(alloc) == (49152, 16)
+    alloc.api.read_error = True  # still unreachable: keep holding
+    alloc.schedule_pass()
+    settle(alloc)
+    assert uid in alloc.cache.uncertain and used(alloc) == (49152, 16)
+    alloc.api.raise_error = alloc.api.read_error = False
+    alloc.schedule_pass()  # the read: still unbound, so the share goes and the pod waits again
+    settle(alloc)
+    assert uid not in alloc.cache.uncertain and uid in alloc.cache.pending
+    assert alloc.state.card("n0-mthreads-0").idle
+    alloc.schedule_pass()  # decided again: one card, not two
+    settle(alloc)
+    assert used(alloc) == (49152, 16) and len(alloc.api.bindings()) == 2
+
+
+def test_refused_write_gives_the_cards_back_and_retries_after_a_pause(alloc, monkeypatch):
+    p = add(alloc, sched_pod(whole(1)))
+    alloc.api.status = 500
+    alloc.schedule_pass()
+    settle(alloc)
+    assert alloc.state.card("n0-mthreads-0").idle and p["metadata"]["uid"] in alloc.cache.pending
+    assert alloc.schedule_pass() == 0  # backing off
+    monkeypatch.setattr(loop, "ERROR_RETRY", 0.0)
+    alloc.api.status = 201
+    assert alloc.schedule_pass() == 1
+
+
+def test_relist_in_the_middle_keeps_the_share_of_a_write_under_way(alloc):
+    p = add(alloc, sched_pod(whole(1)))
+    alloc.api.delay = 0.3
+    alloc.schedule_pass()
+    alloc._apply(1, "pod", "RESET", [p])  # a list taken before our binding
+    assert used(alloc) == (49152, 16)
+    q = add(alloc, sched_pod(slice_(8)))
+    assert alloc.schedule_pass() == 0  # the card is held whole: q must wait
+    settle(alloc)
+    assert q["metadata"]["uid"] in alloc.cache.pending and used(alloc) == (49152, 16)
+
+
+def test_unschedulable_pods_are_reported_off_the_decision_thread(alloc):
+    add(alloc, sched_pod(whole(2)))  # one card only: never fits
+    alloc.schedule_pass()
+    wait_for(lambda: alloc.reporter.idle() and len(alloc.api.calls) >= 2, 10, what="the report")
+    methods = sorted(c[0] for c in alloc.api.calls)
+    assert methods == ["PATCH", "POST"]  # the PodScheduled condition and the event
+    assert all(t is not threading.current_thread() for t in alloc.api.threads)
+
+
+def test_a_session_s_late_outcomes_are_ignored(alloc):
+    add(alloc, sched_pod(slice_(8)))
+    alloc.api.delay = 0.2
+    alloc.schedule_pass()
+    alloc._end_session()  # the lease was lost: the state is rebuilt by the next session
+    wait_for(lambda: (alloc._drain(0.05), alloc.binder.in_flight == 0)[1], 10, interval=0,
+             what="the outcome")
+    assert not alloc.cache.assumed and alloc.state.card("n0-mthreads-0").idle

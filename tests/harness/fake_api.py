@@ -1,0 +1,52 @@
+"""A fake of the few API server calls the allocator and the extender make (webhook.kube.api.Api),
+for unit tests that must start no process: pods/binding (answering `status`, or raising as an
+unreachable server does), GET of a pod from `pods`, and 200 for anything else (reports)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from webhook.kube.api import ApiError, Reply
+
+
+class FakeApi:
+    def __init__(self):
+        self.status = 201
+        self.raise_error = False
+        self.read_error = False  # GETs fail as if the server were unreachable
+        self.delay = 0.0
+        self.calls: list[tuple[str, str, dict | None]] = []
+        self.pods: dict[tuple[str, str], dict] = {}
+        self.lock = threading.Lock()
+
+    def call(self, method, path, query=None, body=None, **kw):
+        with self.lock:
+            self.calls.append((method, path, body))
+        if self.delay:
+            time.sleep(self.delay)
+        parts = path.split("/")
+        is_pod = len(parts) >= 7 and parts[3] == "namespaces" and parts[5] == "pods"
+        if method == "GET" and is_pod:
+            if self.read_error:
+                raise ApiError("GET: timed out")
+            p = self.pods.get((parts[4], parts[6]))
+            return Reply(200, p) if p else Reply(404, {"message": "not found"})
+        if not (method == "POST" and path.endswith("/binding")):
+            return Reply(200, {})
+        if self.raise_error:
+            raise ApiError("POST: timed out")
+        if self.status == 201:
+            p = self.pods.get((parts[4], parts[6]))
+            if p is not None:
+                p.setdefault("spec", {})["nodeName"] = body["target"]["name"]
+                p["metadata"].setdefault("annotations", {}).update(
+                    body["metadata"].get("annotations") or {})
+            return Reply(201, {"kind": "Status", "status": "Success"})
+        return Reply(self.status, {"message": f"HTTP {self.status}"})
+
+    def bindings(self):
+        return [c for c in self.calls if c[0] == "POST" and c[1].endswith("/binding")]
+
+    def stream(self, *a, **kw):
+        raise ApiError("the fake API has no watches")

@@ -1,0 +1,65 @@
+"""The one process runner of the tests: a subprocess with its output in a log file, stopped by
+its own PID (SIGTERM, then SIGKILL if it does not exit in time), never by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int:
+    """SIGTERM the process by its PID, then SIGKILL it if it does not exit in time; its code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+class LoggedProcess:
+    """`args` run from the repository's root, stdout and stderr appended to `log_path`."""
+
+    def __init__(self, args: list[str], log_path: Path, new_session: bool = False):
+        self.args, self.log_path, self.new_session = list(args), Path(log_path), new_session
+        self.proc: subprocess.Popen | None = None
+
+    def start(self):
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.args, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=self.new_session)
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL by PID, reaped."""
+        if self.running():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 15) -> int | None:
+        """SIGTERM then SIGKILL; the exit code (None if never started)."""
+        return None if self.proc is None else stop_process(self.proc, timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)
