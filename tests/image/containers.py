@@ -7,7 +7,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from tests.harness.kube import REPO_ROOT, _log_tail
+from tests.harness.kube import REPO_ROOT
+from tests.harness.process import log_tail
 
 IMAGE_SCRIPT = REPO_ROOT / "hack" / "image.sh"
 BUILD_TIMEOUT = 1800  # seconds: the first build makes the base and installs from PyPI
@@ -61,7 +62,7 @@ class Container:
         return self.proc is not None and self.proc.poll() is None
 
     def log(self) -> str:
-        return _log_tail(self.log_path, 60)
+        return log_tail(self.log_path, 60)
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM (podman passes it on to the container's process); the exit code."""
