@@ -9,6 +9,8 @@ from typing import Any
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+# The API server may send two 3 MiB objects in one UPDATE review.
+MAX_BODY = 7 * 1024 * 1024
 
 
 class BadReview(ValueError):
