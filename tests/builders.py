@@ -54,6 +54,8 @@ def review(obj: dict | None, operation: str = "CREATE", old: dict | None = None,
     req = {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": kind},
            "resource": {"group": "", "version": "v1", "resource": resource},
            "operation": operation, "userInfo": {"username": user}}
+    if user.startswith("system:node:"):  # a kubelet's credentials carry its group too
+        req["userInfo"]["groups"] = ["system:nodes", "system:authenticated"]
     if sub_resource is not None:
         req["subResource"] = sub_resource
     if obj is not None:
