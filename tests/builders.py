@@ -85,3 +85,17 @@ def binding_review(obj: dict, user: str = "alice", legacy: bool = False, **kw) -
 def status_review(old: dict, new: dict, user: str = "system:node:node-1", **kw) -> dict:
     """The review of a pods/status UPDATE: kind Pod, both objects Pods."""
     return review(new, "UPDATE", old, user=user, sub_resource="status", **kw)
+
+
+def ephemeral_update(p: dict, debug: dict, legacy: bool = False) -> dict:
+    """The review kubectl debug makes: on 1.22+ the Pod, on 1.16-1.21 an EphemeralContainers
+    object (the pod's metadata and its ephemeral containers)."""
+    if legacy:
+        old = {"apiVersion": "v1", "kind": "EphemeralContainers", "metadata": p["metadata"],
+               "ephemeralContainers": []}
+        new = {**old, "ephemeralContainers": [debug]}
+        return review(new, "UPDATE", old, sub_resource="ephemeralcontainers",
+                      kind="EphemeralContainers")
+    new = copy.deepcopy(p)
+    new["spec"]["ephemeralContainers"] = [debug]
+    return review(new, "UPDATE", p, sub_resource="ephemeralcontainers")

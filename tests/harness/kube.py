@@ -281,6 +281,7 @@ class LocalCluster:
             "--disable-admission-plugins=ServiceAccount",
             # Let privileged pods reach the webhook, which is the one that must refuse them.
             "--allow-privileged=true",
+            "--feature-gates=EphemeralContainers=true",  # pods/ephemeralcontainers (alpha in 1.20)
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             # Required since 1.20, although nothing here uses service-account tokens.
             f"--service-account-issuer={SA_ISSUER}",

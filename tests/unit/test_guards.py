@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.builders import ALLOCATED, container as c, pod, review, status_review
+from tests.builders import ALLOCATED, container as c, ephemeral_update, pod, review
 from webhook.admission import review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules, check_create, check_update
@@ -120,19 +120,6 @@ def test_plain_pods_may_be_privileged(p):
 
 RUNNING = pod(SLICE, node="node-1", name="train", annotations={**TO_ALLOCATE, **ALLOCATED})
 PLAIN = pod(c("web"), node="node-1", name="web")
-
-
-def ephemeral_update(p: dict, debug: dict, legacy: bool) -> dict:
-    """The review kubectl debug makes: on 1.22+ the Pod, on 1.16-1.21 an EphemeralContainers
-    object (the pod's metadata and its ephemeral containers)."""
-    if legacy:
-        old = {"apiVersion": "v1", "kind": "EphemeralContainers", "metadata": p["metadata"],
-               "ephemeralContainers": []}
-        new = {**old, "ephemeralContainers": [debug]}
-        return review(new, "UPDATE", old, sub_resource="ephemeralcontainers",
-                      kind="EphemeralContainers")
-    new = with_spec(p, ephemeralContainers=[debug])
-    return review(new, "UPDATE", p, sub_resource="ephemeralcontainers")
 
 
 def outcome(body: dict):
