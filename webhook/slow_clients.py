@@ -45,7 +45,8 @@ MAX_HEAD = 64 * 1024  # a head longer than this is handed on for gunicorn to ref
 # After a 413 sent from the loop, what is read and dropped before closing (within the budget):
 # closing with the client's bytes unread would reset the connection, and the answer with it.
 DRAIN_AFTER_ANSWER = 1024 * 1024
-_RECV = 256 * 1024
+_RECV = 64 * 1024  # a TLS record holds at most 16 KiB: one recv never returns more
+_MORE = object()  # _read's answer while a request is not complete
 
 
 class ReadBudgetSpent(NoMoreData):
@@ -95,7 +96,7 @@ class RequestFramer:
     __slots__ = ("buf", "end", "_chunk_at", "_chunked_total", "_head_end", "_chunked")
 
     def __init__(self) -> None:
-        self.buf = bytearray()
+        self.buf: bytes | bytearray = b""
         self.end: int | None = None  # set once the request is complete
         self._head_end = -1
         self._chunked = False
@@ -105,7 +106,12 @@ class RequestFramer:
     def feed(self, data: bytes) -> bool:
         """Add bytes; True once a whole request (or something gunicorn must refuse) is in.
         Raises TooLarge for a body over MAX_BODY."""
-        self.buf += data
+        if self.buf:
+            if type(self.buf) is bytes:  # a second piece: from now on, grown in place
+                self.buf = bytearray(self.buf)
+            self.buf += data
+        else:
+            self.buf = data  # most requests come in one piece: no copy
         if self._head_end < 0 and not self._head():
             return self.end is not None
         if self._chunked:
@@ -119,23 +125,25 @@ class RequestFramer:
                 self.end = len(self.buf)  # gunicorn answers it
             return False
         self._head_end = body = at + 4
+        head = self.buf[:at + 2].lower()  # each header line ends with \r\n
         length = 0
-        for line in bytes(self.buf[:at]).lower().split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            name, value = name.strip(), value.strip()
-            if name == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    self.end = body  # gunicorn answers 400
+        if b"\r\ntransfer-encoding:" in head or b"\r\nexpect:" in head:
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip() == b"transfer-encoding" and b"chunked" in value:
+                    self._chunked = True
+                elif name.strip() == b"expect":  # the client waits for gunicorn's 100 first
+                    self.end = body
                     return False
-            elif name == b"transfer-encoding" and b"chunked" in value:
-                self._chunked = True
-            elif name == b"expect":  # the client waits for gunicorn's 100 before its body
-                self.end = body
+        cl = head.find(b"\r\ncontent-length:")
+        if cl >= 0 and not self._chunked:
+            try:
+                length = int(head[cl + 17:head.index(b"\r\n", cl + 17)])
+            except ValueError:
+                self.end = body  # gunicorn answers 400
                 return False
-        if length > MAX_BODY:
-            raise TooLarge(f"a body of {length} bytes")
+            if length > MAX_BODY:
+                raise TooLarge(f"a body of {length} bytes")
         self._chunk_at = body
         self.end = body + length
         return True
@@ -147,7 +155,7 @@ class RequestFramer:
             if line_end < 0:
                 return False
             try:
-                size = int(bytes(buf[self._chunk_at:line_end]).split(b";")[0], 16)
+                size = int(buf[self._chunk_at:line_end].split(b";")[0], 16)
             except ValueError:
                 self.end = len(buf)  # gunicorn answers 400
                 return True
@@ -243,12 +251,21 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
     def _prefetch(self, conn: PeerConn) -> None:
         conn.framer = RequestFramer()
         conn.deadline = time.monotonic() + READ_BUDGET
-        self.prefetching[conn] = None
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
-        if conn.handshaken:  # kept alive: its bytes are there already
-            self._readable(conn, conn.sock)
+        # Try at once: a kept-alive connection's request is there already (no poller round).
+        if self._read(conn) is _MORE:
+            self.prefetching[conn] = None
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
 
     def _readable(self, conn: PeerConn, _sock) -> None:
+        if self._read(conn) is not _MORE:
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+
+    def _read(self, conn: PeerConn):
+        """Advance the handshake and the request: _MORE while bytes are missing, else the
+        connection has been handed to a thread or dropped."""
         sock = conn.sock
         try:
             if not conn.handshaken:
@@ -265,19 +282,18 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
                 elif conn.framer.feed(data):
                     return self._hand_over(conn)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-            return None
+            return _MORE
         except TooLarge as e:
             self._send(conn, _answer("413 Request Entity Too Large",
                                      f"{e} is over the limit of {MAX_BODY} bytes"))
             conn.draining = DRAIN_AFTER_ANSWER
-            return None
+            return _MORE
         except (OSError, ValueError):  # a bad handshake, a reset
             return self._drop(conn)
 
     def _hand_over(self, conn: PeerConn) -> None:
-        self.poller.unregister(conn.sock)
-        del self.prefetching[conn]
-        data = bytes(conn.framer.buf)
+        self.prefetching.pop(conn, None)
+        data = conn.framer.buf
         conn.framer = None
         if conn.parser is None:
             conn.parser = get_parser(self.cfg, conn.sock, conn.client)
@@ -289,6 +305,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
         self.enqueue_req(conn)
 
     def _drop(self, conn: PeerConn, answer: bytes = b"") -> None:
+        """Close a connection the loop holds (registered with the poller or not)."""
         try:
             self.poller.unregister(conn.sock)
         except (KeyError, ValueError):

@@ -74,8 +74,10 @@ def _device_volumes(pod: dict) -> dict[str, str]:
     """name -> path of the pod's hostPath volumes that hold /dev: /, /dev and below."""
     spec = pod.get("spec")
     volumes = spec.get("volumes") if isinstance(spec, dict) else None
+    if not volumes or not isinstance(volumes, list):
+        return {}
     out = {}
-    for v in volumes if isinstance(volumes, list) else ():
+    for v in volumes:
         host = v.get("hostPath") if isinstance(v, dict) else None
         path = host.get("path") if isinstance(host, dict) else None
         if isinstance(path, str) and _holds_dev(path) and isinstance(v.get("name"), str):

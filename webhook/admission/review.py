@@ -35,7 +35,7 @@ class Review:
     # API server merges into the pod it binds.
     is_binding: bool = False
     sub_resource: str = ""  # "status", "binding", ...; "" for the pod itself
-    groups: tuple[str, ...] = ()  # userInfo.groups
+    groups: tuple = ()  # userInfo.groups, as sent (only looked up in)
     # pods/ephemeralcontainers on Kubernetes 1.16-1.21: obj is an EphemeralContainers object
     # (the pod's metadata and ephemeral containers); on 1.22+ it is the Pod.
     is_ephemeral: bool = False
@@ -78,8 +78,7 @@ def decode(body: bytes) -> Review:
                   old if isinstance(old, dict) else None,
                   username if isinstance(username, str) else "",
                   is_binding=kind == "Binding", sub_resource=sub if isinstance(sub, str) else "",
-                  groups=tuple(g for g in groups if isinstance(g, str))
-                  if isinstance(groups, list) else (),
+                  groups=tuple(groups) if isinstance(groups, list) else (),
                   is_ephemeral=kind == "EphemeralContainers")
 
 

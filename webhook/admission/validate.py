@@ -66,6 +66,7 @@ def check_create(pod: dict, rules: Rules, username: str,
     if not is_mthreads_pod(pod, rules.names, items):
         return None
     request = read_request(pod, rules.config.mthreads, rules.fleet, items)
+    # Ephemeral containers too: the API server refuses them on CREATE only after /mutate.
     check_privilege(pod, [c for _, _, c in items] + ephemeral_containers(pod))
     if labels_of(pod).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
         _refuse_opt_out()
