@@ -119,7 +119,7 @@ def test_plain_pods_may_be_privileged(p):
 # -- ephemeral containers (pods/ephemeralcontainers UPDATE) ------------------------------------
 
 RUNNING = pod(SLICE, node="node-1", name="train", annotations={**TO_ALLOCATE, **ALLOCATED})
-PLAIN = pod(c("web"), node="node-1", name="web")
+PLAIN = pod(c("web"), node="node-1", name="web", annotations={})
 
 
 def outcome(body: dict):
@@ -268,6 +268,13 @@ def test_what_was_set_at_create_is_held_to_the_writers(old, key, value, sub):
     assert (out.result, out.rule) == ("denied", 10), out.response
     assert key in out.response["response"]["status"]["message"]
     check_update(old, new, RULES, ALLOCATOR)  # the allocator may
+
+
+def test_a_bound_plain_pods_placement_annotations_are_held_too():
+    """The allocator places plain pods too (node policy): once bound, the choice is made."""
+    with pytest.raises(InvalidRequest) as e:
+        check_update(PLAIN, changed(PLAIN, "hami.io/node-scheduler-policy", "spread"), RULES, "alice")
+    assert e.value.rule == 10 and "the pod is bound (to 'node-1')" in e.value.message
 
 
 def test_a_pending_pods_placement_annotations_stay_editable_with_valid_values():

@@ -101,6 +101,13 @@ def check_update(old: dict, new: dict, rules: Rules, username: str,
                                      f"that it may only be changed by the allocator "
                                      f"({rules.config.allocator.user}), not by {who}")
     steering = tuple(k for k in USER_KEYS if before.get(k) != after.get(k))
+    if steering:
+        spec = old.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        if node:
+            raise InvalidRequest(10, f"annotation {steering[0]} steers where the pod is placed; "
+                                     f"the pod is bound (to {node!r}), so only the allocator "
+                                     f"({rules.config.allocator.user}) may change it, not {who}")
     opting_out = labels_of(new).get(OPT_OUT_LABEL) == OPT_OUT_VALUE != labels_of(old).get(OPT_OUT_LABEL)
     if not (steering or opting_out or sub_resource == "ephemeralcontainers"):
         return  # the usual UPDATE: a status report, a label
@@ -110,14 +117,7 @@ def check_update(old: dict, new: dict, rules: Rules, username: str,
         check_privilege(new, ephemeral_containers(new), whole_pod=False)
     if opting_out:
         _refuse_opt_out()
-    if steering:
-        spec = old.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, dict) else None
-        if node:
-            raise InvalidRequest(10, f"annotation {steering[0]} steers where the pod is placed; "
-                                     f"the pod is bound (to {node!r}), so only the allocator "
-                                     f"({rules.config.allocator.user}) may change it, not {who}")
-        check_user_annotations(after, steering)
+    check_user_annotations(after, steering)
 
 
 def _is_mthreads(obj: dict, rules: Rules) -> bool:
