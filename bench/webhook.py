@@ -53,6 +53,10 @@ CELLS = [BARE, *WEBHOOK_CELLS[:2], BARE_AGAIN, *WEBHOOK_CELLS[2:]]
 RPS_GOAL = {"mthreads": 0.80, "plain": 0.90}  # webhook req/s / bare req/s, at every concurrency
 P99_GOAL = 1.5  # webhook p99 / bare p99, at the lowest concurrency
 ROUNDS, DURATION, WARMUP = 13, 3, 2  # defaults: about 9 minutes; wrk takes whole seconds
+# Slow clients (issue 17): (dribbling connections, loopback peers they come from); every real
+# call made meanwhile, on a new connection with its TLS handshake, within SLOW_CALL_GOAL s.
+SLOW_LOADS = ((32, 1), (256, 4))
+SLOW_CALLS, SLOW_CALL_GOAL = 10, 1.0
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 25.0
 
@@ -79,7 +83,7 @@ def estimate(args) -> float:
     _defaults(args)
     per_run = args.duration + 0.4
     return (len(CELLS) * (args.warmup + 0.4) + args.rounds * len(_concurrencies(args))
-            * len(CELLS) * per_run + 10)
+            * len(CELLS) * per_run + 10 + len(SLOW_LOADS) * (4 + SLOW_CALLS * 0.3))
 
 
 # --- wrk ---------------------------------------------------------------------------------
@@ -376,6 +380,7 @@ def run(args) -> Section:
         elapsed = time.monotonic() - started
         steal1 = _steal()
         memory = {name: s.memory() for name, s in servers.items()}
+        slow_table, slow_goals = slow_clients(servers["webhook"])
     finally:
         for s in servers.values():
             s.stop()
@@ -477,4 +482,56 @@ def run(args) -> Section:
               "one run. `req/s vs bare` is the share of the stack's ceiling that the webhook "
               "keeps; `req per CPU-s vs bare` is the same from the worker's CPU time per "
               "request, which a busy neighbour moves less than the wall clock.",
-        conditions=conditions, tables=[table, mem], goals=goals)
+        conditions=conditions, tables=[table, mem, slow_table], goals=goals + slow_goals)
+
+
+def slow_clients(server: Server, calls: int = SLOW_CALLS) -> tuple[Table, list[Goal]]:
+    """Real calls while connections dribble their request heads a byte every 0.5 s and
+    reconnect when cut off (tests/hardening/net.py), against the running webhook."""
+    from tests.hardening.net import real_calls_under_dribbling
+
+    class Target:  # what the test clients need of a server
+        port, url, ca = server.port, server.url, str(server.ca)
+
+    rows, goals = [], []
+    for count, peers in SLOW_LOADS:
+        print(f"bench: webhook: {count} dribbling clients", flush=True)
+        r = real_calls_under_dribbling(Target, count, peers, calls=calls)
+        seconds = [t for _, t in r["calls"]]
+        answered = sum(1 for status, _ in r["calls"] if status == 200)
+        rows.append([str(count), str(peers), f"{answered} of {len(seconds)}",
+                     f"{statistics.median(seconds):.3f}", f"{max(seconds):.3f}",
+                     str(r["reconnects"])])
+        goals.append(Goal(f"{count} dribbling clients: every real call answered within "
+                          f"{SLOW_CALL_GOAL:g} s, TLS handshake included",
+                          f"{answered} of {len(seconds)}, slowest {max(seconds):.2f} s",
+                          answered == len(seconds) and max(seconds) < SLOW_CALL_GOAL))
+    table = Table(["dribbling clients", "from peers", "real calls answered", "median s",
+                   "slowest s", "clients cut off and reconnected"], rows,
+                  f"Slow clients: {calls} real POSTs /validate, each on a new connection, while "
+                  f"the clients send their request heads a byte every 0.5 s and reconnect when "
+                  f"cut off (after the 3 s read budget)")
+    return table, goals
+
+
+def main() -> None:
+    """The slow-client figures alone (`python -m bench.webhook`), against a fresh webhook."""
+    work = Path(tempfile.mkdtemp(prefix="bench-slow-"))
+    try:
+        subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "--out", str(work / "certs")],
+                       check=True, capture_output=True, timeout=60)
+        server = Server("webhook", ["webhook.cli", "serve"], work / "certs", None,
+                        work / "webhook.log").start()
+        try:
+            table, goals = slow_clients(server)
+        finally:
+            server.stop()
+        print(table.markdown())
+        for g in goals:
+            print(f"{'met' if g.met else 'NOT MET'}: {g.what}: {g.measured}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -57,6 +57,8 @@ def review(obj: dict | None, operation: str = "CREATE", old: dict | None = None,
     req = {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": kind},
            "resource": {"group": "", "version": "v1", "resource": resource},
            "operation": operation, "userInfo": {"username": user}}
+    if user.startswith("system:node:"):  # a kubelet's credentials carry its group too
+        req["userInfo"]["groups"] = ["system:nodes", "system:authenticated"]
     if sub_resource is not None:
         req["subResource"] = sub_resource
     if obj is not None:
@@ -150,3 +152,17 @@ def sched_pod(*containers: dict, init: tuple = (), name: str | None = None, name
             "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()),
                          "annotations": dict(annotations or {})},
             "spec": s, "status": {"phase": phase}}
+
+
+def ephemeral_update(p: dict, debug: dict, legacy: bool = False) -> dict:
+    """The review kubectl debug makes: on 1.22+ the Pod, on 1.16-1.21 an EphemeralContainers
+    object (the pod's metadata and its ephemeral containers)."""
+    if legacy:
+        old = {"apiVersion": "v1", "kind": "EphemeralContainers", "metadata": p["metadata"],
+               "ephemeralContainers": []}
+        new = {**old, "ephemeralContainers": [debug]}
+        return review(new, "UPDATE", old, sub_resource="ephemeralcontainers",
+                      kind="EphemeralContainers")
+    new = copy.deepcopy(p)
+    new["spec"]["ephemeralContainers"] = [debug]
+    return review(new, "UPDATE", p, sub_resource="ephemeralcontainers")

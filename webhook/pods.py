@@ -242,10 +242,30 @@ def read_request(pod: dict, mt: MthreadsConfig, fleet: Fleet,
                  for init, i, c in (containers(pod) if items is None else items))
     request = PodRequest(asks, model, allowed)
     if request.kind is Kind.SLICE:
+        _no_vendor_card_beside_a_slice(request, items if items is not None else containers(pod))
         return PodRequest(asks, model, _slice_models(request, mt, fleet, allowed))
     if request.kind is Kind.WHOLE:
         return PodRequest(asks, model, (_whole_model(request, fleet, allowed),))
     return request
+
+
+def _no_vendor_card_beside_a_slice(request: PodRequest,
+                                   items: list[tuple[bool, int, dict]]) -> None:
+    """Rule 6 across containers: a vendor whole card and a shared slice are two Mthreads
+    devices in one pod with sharing, which the vendor's document rules out."""
+    for _, _, c in items:
+        limits, requests = _resource_maps(c)
+        if _raw(limits, requests, VENDOR_WHOLE_GPU) is not None:
+            raise InvalidRequest(6, f"{_who(container_name(c))}: {VENDOR_WHOLE_GPU} (a whole card "
+                                    f"of the vendor's plugin) cannot be in the same pod as "
+                                    f'{_who(request.slices[0].name)}\'s shared card; only one '
+                                    f"Mthreads card can be shared in a pod, and alone")
+
+
+def names_in_message(names: list[str], most: int = 3) -> str:
+    """'"a", "b", "c" and 5 more': a denial names a few containers, not thousands."""
+    shown = ", ".join(f'"{n}"' for n in names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
 def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
@@ -275,7 +295,7 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
                     if all(a.memory in m.valid for a in slices)
                     and memory <= m.units and cores <= CORES_PER_CARD)
     if not fitting:
-        names = ", ".join(f'"{a.name}"' for a in slices)
+        names = names_in_message([a.name for a in slices])
         cards = "; ".join(f"{m.name} has {m.units} units and {CORES_PER_CARD} core groups"
                           for m in allowed)
         raise InvalidRequest(7, f"containers {names} share one card and together ask for "

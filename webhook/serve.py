@@ -4,7 +4,8 @@ Settings measured on this project's 2-core machines (see docs/serving.md):
 gthread keeps the API server's connections alive; keep-alive outlasts the 90 s
 idle timeout of the API server's Go client, so the server never closes a
 connection just as a POST goes out on it (Go does not retry a POST, and the
-API server would see EOF). Slow clients are bounded by webhook/slow_clients.py.
+API server would see EOF). Slow clients cost a descriptor, not a thread: the worker reads
+the handshake and the request in its event loop (webhook/slow_clients.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class ServeOptions:
     timeout: int = 30
     graceful_timeout: int = 20
     access_log: bool = False
+    max_connections: int = slow_clients.MAX_CONNECTIONS  # in all; slow_clients bounds each peer
 
 
 class WebhookServer(BaseApplication):
@@ -44,7 +46,8 @@ class WebhookServer(BaseApplication):
         o = self.options
         settings = {
             "bind": o.bind, "workers": o.workers, "threads": o.threads,
-            "worker_class": slow_clients.BoundedThreadWorker,  # gthread, slow clients bounded
+            "worker_class": slow_clients.PrefetchingThreadWorker,  # gthread, requests prefetched
+            "worker_connections": o.max_connections,
             "keepalive": o.keepalive, "timeout": o.timeout, "graceful_timeout": o.graceful_timeout,
             "certfile": o.cert_file, "keyfile": o.key_file,
             "ssl_context": lambda conf, default_factory:

@@ -1,29 +1,52 @@
-"""Bound how long a slow client can hold one of gunicorn's threads (docs/reliability.md, 2).
+"""Slow clients cost a file descriptor, not a thread (docs/reliability.md, 2; issue 17, item 7).
 
-gunicorn's gthread worker gives each connection with bytes waiting a thread, which then
-reads the TLS handshake, the request head and the body with blocking reads and no timeout:
-a client sending a byte a second holds that thread as long as it likes. With all threads
-held, the API server's calls wait past its 5 s timeout, and the webhook fails closed.
+gunicorn's gthread worker hands each new connection to a thread, which then reads the TLS
+handshake and the request with blocking reads: a client sending its request head a byte at a
+time holds that thread, and 32 of them hold all 4 for as long as they like. The API server's
+calls then wait past its timeout: the `Fail` entries refuse every pod, the `Ignore` ones admit
+unchecked.
 
-Two pieces, wired in webhook/serve.py:
-- BudgetedSSLSocket: every read of a handshake and of a request is given what is left of
-  READ_BUDGET, counted from its first read; past it the read fails and gunicorn closes the
-  connection. Each request (each `handle`) starts a new budget, so the time a kept-alive
-  connection sits idle in gunicorn's poller is not charged.
-- BoundedThreadWorker: a new connection with no bytes yet goes back to the poller after
-  FIRST_BYTES_WAIT instead of gthread's 5 s, so silent connections do not queue up threads.
+PrefetchingThreadWorker keeps gthread's threads for what they are good at (running the app)
+and moves everything a client can make slow to the worker's event loop, non-blocking:
+- the TLS handshake and the whole request (head and body, by Content-Length or chunked) are
+  read in the poller; a thread gets the connection only once its request is all there, so it
+  never waits on a client;
+- a handshake and request must arrive within READ_BUDGET of the connection's accept (of its
+  first byte, for a kept-alive connection's next request): past it the client gets a 408
+  (if it had sent part of a request) and is closed;
+- a body over MAX_BODY is answered 413 from the loop at once, chunked or not;
+- at most MAX_PER_PEER connections from one address (more are closed on accept), at most
+  `worker_connections` in all (gthread stops accepting; the kernel's backlog holds the rest).
+
+BudgetedSSLSocket bounds the rare reads a thread still makes (a pipelined request after the
+one prefetched, a head too long to prefetch): they share the request's deadline.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import selectors
 import ssl
 import time
+from functools import partial
 
+from gunicorn import sock as gunicorn_sock
+from gunicorn.http import get_parser
 from gunicorn.http.errors import NoMoreData
 from gunicorn.workers import gthread
 
-READ_BUDGET = 3.0  # seconds to receive a handshake or a request: well inside the API server's 5
-FIRST_BYTES_WAIT = 0.05  # seconds; a client's ClientHello follows its connect at once
+from .admission.review import MAX_BODY
+
+READ_BUDGET = 3.0  # seconds to receive a handshake and a request: well inside the API server's 5
+MAX_PER_PEER = 500  # connections from one address: half of all, room for an API server's burst
+MAX_CONNECTIONS = 1000  # in all (gunicorn's worker_connections); each costs a descriptor
+MAX_HEAD = 64 * 1024  # a head longer than this is handed on for gunicorn to refuse
+# After a 413 sent from the loop, what is read and dropped before closing (within the budget):
+# closing with the client's bytes unread would reset the connection, and the answer with it.
+DRAIN_AFTER_ANSWER = 1024 * 1024
+_RECV = 64 * 1024  # a TLS record holds at most 16 KiB: one recv never returns more
+_MORE = object()  # _read's answer while a request is not complete
 
 
 class ReadBudgetSpent(NoMoreData):
@@ -34,32 +57,21 @@ class ReadBudgetSpent(NoMoreData):
 
 
 class BudgetedSSLSocket(ssl.SSLSocket):
-    """An SSLSocket whose reads share one deadline; set as the context's sslsocket_class."""
+    """An SSLSocket whose blocking reads end at `deadline`; set as the context's sslsocket_class."""
 
-    _deadline: float | None = None  # armed by the first read, cleared by new_budget()
-
-    def new_budget(self) -> None:
-        self._deadline = None
+    deadline: float | None = None
 
     def _bounded(self, read, *args):
-        now = time.monotonic()
-        if self._deadline is None:
-            self._deadline = now + READ_BUDGET
-        left = self._deadline - now
+        if self.deadline is None or self.gettimeout() == 0.0:  # the loop's non-blocking reads
+            return read(*args)
+        left = self.deadline - time.monotonic()
         if left <= 0:
             raise ReadBudgetSpent()
-        current = self.gettimeout()
-        if current is None or current > left:  # a shorter timeout of the caller's stays
-            self.settimeout(left)
+        self.settimeout(left)
         try:
             return read(*args)
         except TimeoutError:
-            if time.monotonic() >= self._deadline:
-                raise ReadBudgetSpent() from None
-            raise  # the caller's own, shorter timeout (a body drain, a graceful close)
-
-    def do_handshake(self, *args):
-        return self._bounded(super().do_handshake, *args)
+            raise ReadBudgetSpent() from None
 
     def recv(self, *args):
         return self._bounded(super().recv, *args)
@@ -74,13 +86,253 @@ def budgeted(context: ssl.SSLContext) -> ssl.SSLContext:
     return context
 
 
-class BoundedThreadWorker(gthread.ThreadWorker):
-    """gthread, with a short wait for a new connection's first bytes and a budget a request."""
+class TooLarge(Exception):
+    pass
 
-    def handle(self, conn):
-        if not conn.initialized and not conn.data_ready:
-            if not conn.wait_for_data(FIRST_BYTES_WAIT):
-                return gthread._DEFER  # the poller hands it back when bytes come
+
+class RequestFramer:
+    """Where the first request in a buffer ends, read as bytes come (no copy of the body)."""
+
+    __slots__ = ("buf", "end", "_chunk_at", "_chunked_total", "_head_end", "_chunked")
+
+    def __init__(self) -> None:
+        self.buf: bytes | bytearray = b""
+        self.end: int | None = None  # set once the request is complete
+        self._head_end = -1
+        self._chunked = False
+        self._chunk_at = 0
+        self._chunked_total = 0
+
+    def feed(self, data: bytes) -> bool:
+        """Add bytes; True once a whole request (or something gunicorn must refuse) is in.
+        Raises TooLarge for a body over MAX_BODY."""
+        if self.buf:
+            if type(self.buf) is bytes:  # a second piece: from now on, grown in place
+                self.buf = bytearray(self.buf)
+            self.buf += data
+        else:
+            self.buf = data  # most requests come in one piece: no copy
+        if self._head_end < 0 and not self._head():
+            return self.end is not None
+        if self._chunked:
+            return self._chunks()
+        return self.end is not None and len(self.buf) >= self.end
+
+    def _head(self) -> bool:
+        at = self.buf.find(b"\r\n\r\n")
+        if at < 0:
+            if len(self.buf) > MAX_HEAD:
+                self.end = len(self.buf)  # gunicorn answers it
+            return False
+        self._head_end = body = at + 4
+        head = self.buf[:at + 2].lower()  # each header line ends with \r\n
+        length = 0
+        if b"\r\ntransfer-encoding:" in head or b"\r\nexpect:" in head:
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip() == b"transfer-encoding" and b"chunked" in value:
+                    self._chunked = True
+                elif name.strip() == b"expect":  # the client waits for gunicorn's 100 first
+                    self.end = body
+                    return False
+        cl = head.find(b"\r\ncontent-length:")
+        if cl >= 0 and not self._chunked:
+            try:
+                length = int(head[cl + 17:head.index(b"\r\n", cl + 17)])
+            except ValueError:
+                self.end = body  # gunicorn answers 400
+                return False
+            if length > MAX_BODY:
+                raise TooLarge(f"a body of {length} bytes")
+        self._chunk_at = body
+        self.end = body + length
+        return True
+
+    def _chunks(self) -> bool:
+        buf = self.buf
+        while True:
+            line_end = buf.find(b"\r\n", self._chunk_at)
+            if line_end < 0:
+                return False
+            try:
+                size = int(buf[self._chunk_at:line_end].split(b";")[0], 16)
+            except ValueError:
+                self.end = len(buf)  # gunicorn answers 400
+                return True
+            if size == 0:  # the last chunk, then trailer lines up to an empty one
+                at = line_end + 2
+                while True:
+                    eol = buf.find(b"\r\n", at)
+                    if eol < 0:
+                        return False
+                    if eol == at:
+                        self.end = eol + 2
+                        return True
+                    at = eol + 2
+            self._chunked_total += size
+            if self._chunked_total > MAX_BODY:
+                raise TooLarge(f"a chunked body of more than {MAX_BODY} bytes")
+            next_at = line_end + 2 + size + 2
+            if next_at > len(buf):
+                return False
+            self._chunk_at = next_at
+
+
+class PeerConn(gthread.TConn):
+    """A connection counted against its peer's bound until it is closed."""
+
+    def __init__(self, cfg, sock, client, server, peers: dict):
+        super().__init__(cfg, sock, client, server)
+        self.peers = peers
+        self.peer = client[0] if isinstance(client, tuple) else client
+        self.handshaken = not isinstance(sock, ssl.SSLSocket)
+        self.framer: RequestFramer | None = None
+        self.deadline = 0.0
+        self.draining = 0  # bytes still to drop after an answer sent from the loop
+        self.counted = True
+
+    def close(self, graceful=False):
+        if self.counted:
+            self.counted = False
+            left = self.peers.get(self.peer, 1) - 1
+            if left > 0:
+                self.peers[self.peer] = left
+            else:
+                self.peers.pop(self.peer, None)
+        super().close(graceful)
+
+
+def _answer(status: str, message: str) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+class PrefetchingThreadWorker(gthread.ThreadWorker):
+    """gthread whose event loop does the handshake and reads the request (see the top)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.peers: dict[str, int] = {}
+        self.prefetching: dict[PeerConn, None] = {}  # in deadline order (insertion order)
+
+    def accept(self, listener):
+        try:
+            client, addr = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        peer = addr[0] if isinstance(addr, tuple) else addr
+        held = self.peers.get(peer, 0)
+        if held >= MAX_PER_PEER:
+            client.close()
+            return
+        if self.cfg.is_ssl:
+            client.setblocking(False)
+            try:
+                client = gunicorn_sock.ssl_context(self.cfg).wrap_socket(
+                    client, server_side=True, do_handshake_on_connect=False,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+            except (OSError, ValueError):
+                client.close()
+                return
+        self.peers[peer] = held + 1
+        self.nr_conns += 1
+        conn = PeerConn(self.cfg, client, addr, listener.getsockname(), self.peers)
+        self._prefetch(conn)
+
+    def on_client_socket_readable(self, conn, client):
+        """A kept-alive connection's next request: read it here too, not in a thread."""
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._prefetch(conn)
+
+    def _prefetch(self, conn: PeerConn) -> None:
+        conn.framer = RequestFramer()
+        conn.deadline = time.monotonic() + READ_BUDGET
+        # Try at once: a kept-alive connection's request is there already (no poller round).
+        if self._read(conn) is _MORE:
+            self.prefetching[conn] = None
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+
+    def _readable(self, conn: PeerConn, _sock) -> None:
+        if self._read(conn) is not _MORE:
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+
+    def _read(self, conn: PeerConn):
+        """Advance the handshake and the request: _MORE while bytes are missing, else the
+        connection has been handed to a thread or dropped."""
+        sock = conn.sock
+        try:
+            if not conn.handshaken:
+                sock.do_handshake()
+                conn.handshaken = True
+            while True:
+                data = sock.recv(_RECV)
+                if not data:
+                    return self._drop(conn)
+                if conn.draining:
+                    conn.draining -= len(data)
+                    if conn.draining <= 0:
+                        return self._drop(conn)
+                elif conn.framer.feed(data):
+                    return self._hand_over(conn)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return _MORE
+        except TooLarge as e:
+            self._send(conn, _answer("413 Request Entity Too Large",
+                                     f"{e} is over the limit of {MAX_BODY} bytes"))
+            conn.draining = DRAIN_AFTER_ANSWER
+            return _MORE
+        except (OSError, ValueError):  # a bad handshake, a reset
+            return self._drop(conn)
+
+    def _hand_over(self, conn: PeerConn) -> None:
+        self.prefetching.pop(conn, None)
+        data = conn.framer.buf
+        conn.framer = None
+        if conn.parser is None:
+            conn.parser = get_parser(self.cfg, conn.sock, conn.client)
+            conn.initialized = True
+        conn.parser.unreader.unread(data)
+        conn.data_ready = True
         if isinstance(conn.sock, BudgetedSSLSocket):
-            conn.sock.new_budget()  # a kept-alive connection's next request
-        return super().handle(conn)
+            conn.sock.deadline = conn.deadline
+        self.enqueue_req(conn)
+
+    def _drop(self, conn: PeerConn, answer: bytes = b"") -> None:
+        """Close a connection the loop holds (registered with the poller or not)."""
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        self.prefetching.pop(conn, None)
+        self._send(conn, answer)
+        self.nr_conns -= 1
+        conn.close()
+
+    @staticmethod
+    def _send(conn: PeerConn, answer: bytes) -> None:
+        """Best effort, non-blocking: a few hundred bytes fit in any socket buffer."""
+        if answer:
+            try:
+                conn.sock.send(answer)
+            except (OSError, ValueError):
+                pass
+
+    def murder_pending(self):
+        super().murder_pending()
+        now = time.monotonic()
+        while self.prefetching:
+            conn = next(iter(self.prefetching))
+            if conn.deadline > now:
+                break
+            started = not conn.draining and conn.framer is not None and conn.framer.buf
+            self._drop(conn, _answer("408 Request Timeout", f"request not received in full "
+                                                            f"within the read budget of "
+                                                            f"{READ_BUDGET:g} s")
+                       if started else b"")

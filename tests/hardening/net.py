@@ -7,6 +7,7 @@ and `close()` stops it at once. Everything connects to 127.0.0.1.
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import ssl
 import threading
@@ -23,8 +24,10 @@ def context(server) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=server.ca)
 
 
-def connect_tls(server, timeout: float = 10) -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+def connect_tls(server, timeout: float = 10, source: str | None = None) -> ssl.SSLSocket:
+    """A TLS connection to the server, from the loopback address `source` if given."""
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout,
+                                   source_address=(source, 0) if source else None)
     return context(server).wrap_socket(raw, server_hostname="127.0.0.1")
 
 
@@ -148,3 +151,119 @@ class SlowClients:
                 s.close()
             except OSError:
                 pass
+
+
+class DribblingClients:
+    """`count` connections that finish TLS, then send a request head one byte every `interval`
+    seconds, and connect again at once when the server drops them (issue 17, item 7).
+
+    One thread drives them all with non-blocking sockets, so a server that is slow to answer
+    a handshake holds up none of the others. The connections come from `peers` loopback
+    addresses (127.0.0.2 and up), `count / peers` from each, so that a real request from
+    127.0.0.1 is another peer, as the API server is. Stops after `max_seconds` or on close().
+    `reconnects` counts the drops.
+    """
+
+    def __init__(self, server, count: int, peers: int = 1, interval: float = 0.5,
+                 max_seconds: float = 60.0):
+        self.server, self.count, self.peers = server, count, peers
+        self.interval, self.max_seconds = interval, max_seconds
+        self.head = request_bytes()[:-len(VALIDATE_BODY) - 1]  # never quite complete
+        self.reconnects = 0
+        self.established = 0  # handshakes completed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "DribblingClients":
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _connect(self, sel, i: int) -> None:
+        raw = socket.socket()
+        raw.setblocking(False)
+        raw.bind((f"127.0.0.{2 + i % self.peers}", 0))
+        try:
+            raw.connect(("127.0.0.1", self.server.port))
+        except BlockingIOError:
+            pass
+        tls = context(self.server).wrap_socket(raw, server_hostname="127.0.0.1",
+                                               do_handshake_on_connect=False)
+        sel.register(tls, selectors.EVENT_READ | selectors.EVENT_WRITE, [i, False, 0])
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        deadline = time.monotonic() + self.max_seconds
+        try:
+            for i in range(self.count):
+                self._connect(sel, i)
+            next_byte = time.monotonic() + self.interval
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                for key, _ in sel.select(min(0.05, max(0.0, next_byte - time.monotonic()))):
+                    self._step(sel, key)
+                if time.monotonic() >= next_byte:
+                    next_byte += self.interval
+                    for key in list(sel.get_map().values()):
+                        self._send_byte(sel, key)
+        finally:
+            for key in list(sel.get_map().values()):
+                key.fileobj.close()
+            sel.close()
+
+    def _step(self, sel, key) -> None:
+        state = key.data
+        sock = key.fileobj
+        try:
+            if not state[1]:
+                sock.do_handshake()
+                state[1] = True
+                self.established += 1
+                sel.modify(sock, selectors.EVENT_READ, state)
+            elif sock.recv(4096) == b"":  # an answer or a close: either way, start again
+                raise ConnectionResetError
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        except OSError:
+            self._drop(sel, sock, state[0])
+
+    def _send_byte(self, sel, key) -> None:
+        state = key.data
+        if not state[1]:
+            return
+        if state[2] >= len(self.head):
+            return
+        try:
+            key.fileobj.send(self.head[state[2]:state[2] + 1])
+            state[2] += 1
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        except OSError:
+            self._drop(sel, key.fileobj, state[0])
+
+    def _drop(self, sel, sock, i: int) -> None:
+        sel.unregister(sock)
+        sock.close()
+        self.reconnects += 1
+        self._connect(sel, i)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+
+
+def real_calls_under_dribbling(server, count: int, peers: int = 1, calls: int = 10,
+                               settle: float = 4.0, timeout: float = 10.0) -> dict:
+    """Real POSTs, each on a new connection (TLS handshake included), made while `count`
+    dribbling clients keep their connections up; after `settle` seconds, so that the first
+    round of them has been cut off and reconnected. Returns the seconds of each call."""
+    slow = DribblingClients(server, count, peers, max_seconds=settle + calls * (timeout + 1)).start()
+    results = []
+    try:
+        time.sleep(settle)
+        for _ in range(calls):
+            results.append(timed_post(server, timeout=timeout))
+            time.sleep(0.2)
+    finally:
+        slow.close()
+    return {"calls": results, "reconnects": slow.reconnects, "established": slow.established}

@@ -304,7 +304,8 @@ def test_a_user_without_binding_rights_cannot_bind_with_annotations(api, ns):
 def test_pods_status_cannot_change_allocation_annotations(api, status_ns, labels):
     """pods/status is reviewed like an UPDATE of the pod, whatever the pod's labels."""
     ns, name = status_ns, f"bound-{uuid.uuid4().hex[:6]}"
-    pod = a_pod(name, annotations=ALLOCATED)
+    # An opted-out pod asks for no Mthreads resource: on one that does, the label is refused.
+    pod = a_pod(name, mthreads=not labels, annotations=ALLOCATED)
     if labels:
         pod["metadata"]["labels"] = dict(labels)
     assert api[ALLOCATOR].create(ns, pod).status_code == 201
@@ -342,7 +343,7 @@ def test_a_binding_cannot_carry_forged_allocation_annotations(api, status_ns, ho
     """A Binding with an allocation key is refused unless the allocator posts it, by either
     path, and labels (the Binding's or the pod's) do not switch the review off."""
     ns, name = status_ns, f"self-bound-{uuid.uuid4().hex[:6]}"
-    pod = a_pod(name)
+    pod = a_pod(name, mthreads=how != "opted-out pod")  # the label is refused on an Mthreads pod
     if how == "opted-out pod":
         pod["metadata"]["labels"] = dict(IGNORE)
     assert api[ALICE].create(ns, pod).status_code == 201

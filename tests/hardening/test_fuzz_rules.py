@@ -16,7 +16,9 @@ from hypothesis import assume, event, given
 from webhook import annotations as keys
 from webhook import hami
 from webhook.admission.mutate import patch_for
-from webhook.admission.validate import check_create, check_update
+from webhook.admission.user_annotations import RULE as USER_RULE, USER_KEYS
+from webhook.admission.validate import (OPT_OUT_LABEL, OPT_OUT_RULE, OPT_OUT_VALUE, SET_AT_CREATE,
+                                        check_create, check_update)
 from webhook.pods import InvalidRequest, Kind, read_request
 
 from tests.hardening.conftest import count_case, profile
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.fuzz
 
 
 def _denial_is_well_formed(e: InvalidRequest) -> None:
-    assert isinstance(e.rule, int) and 1 <= e.rule <= 11, e.rule
+    assert isinstance(e.rule, int) and 1 <= e.rule <= 13, e.rule
     assert isinstance(e.message, str) and e.message.strip(), "a deny must say why"
 
 
@@ -68,30 +70,53 @@ def _allocation(pod) -> dict:
         dict.fromkeys(keys.ALLOCATION_KEYS)
 
 
-def _is_mirror(pod) -> bool:
+def _annotations(pod, names) -> dict:
     meta = pod.get("metadata") if isinstance(pod, dict) else None
     ann = meta.get("annotations") if isinstance(meta, dict) else None
-    return isinstance(ann, dict) and keys.MIRROR in ann
+    return {k: ann.get(k) for k in names} if isinstance(ann, dict) else dict.fromkeys(names)
+
+
+def _opts_out(old, new) -> bool:
+    def label(p):
+        meta = p.get("metadata") if isinstance(p, dict) else None
+        labels = meta.get("labels") if isinstance(meta, dict) else None
+        return labels.get(OPT_OUT_LABEL) if isinstance(labels, dict) else None
+    return label(new) == OPT_OUT_VALUE != label(old)
+
+
+def _bound(pod) -> bool:
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    return isinstance(spec, dict) and bool(spec.get("nodeName"))
 
 
 @profile(scale=1.5)
 @given(update=updates(), rules=rules, user=users)
 def test_check_update_denies_exactly_a_foreign_allocation_change(update, rules, user):
-    """Rule 10, as an oracle: denied exactly when an allocation key is added, changed or
-    removed by someone other than the allocator (and the configured writers)."""
+    """Rule 10, as an oracle: denied exactly when someone other than the allocator (and the
+    configured writers) adds, changes or removes an allocation key or a key set at CREATE,
+    or a placement annotation of a bound pod. None of `users` is a kubelet: a mirror pod's
+    annotation exempts nothing. Rules 12 and 13 may deny only an update that adds the
+    opt-out label or changes a placement annotation."""
     old, new = update
     count_case("check_update")
-    expect_deny = (rules.config.mthreads.enabled and not _is_mirror(new)
-                   and user not in rules.writers and _allocation(old) != _allocation(new))
+    foreign = rules.config.mthreads.enabled and user not in rules.writers
+    held = _allocation(old) != _allocation(new) or \
+        _annotations(old, SET_AT_CREATE) != _annotations(new, SET_AT_CREATE)
+    steering = _annotations(old, USER_KEYS) != _annotations(new, USER_KEYS)
+    expect_10 = foreign and (held or (steering and _bound(old)))
     try:
         check_update(old, new, rules, user)
     except InvalidRequest as e:
         _denial_is_well_formed(e)
-        assert e.rule == 10, "UPDATE is checked for rule 10 only"
-        assert expect_deny, f"denied an update that changes no allocation key: {e.message}"
+        if e.rule in (OPT_OUT_RULE, USER_RULE):
+            assert foreign and not expect_10 and (steering or _opts_out(old, new)), e.message
+            event(f"update denied rule {e.rule}")
+            return
+        assert e.rule == 10, f"UPDATE is not checked for rule {e.rule}"
+        assert expect_10, f"denied an update that changes no held key: {e.message}"
         event("update denied")
         return
-    assert not expect_deny, "an allocation annotation was changed by a user and allowed"
+    assert not expect_10, "a held annotation was changed by a user and allowed"
 
 
 @profile()

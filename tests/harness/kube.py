@@ -265,6 +265,7 @@ class LocalCluster:
             "--disable-admission-plugins=ServiceAccount",
             # Let privileged pods reach the webhook, which is the one that must refuse them.
             "--allow-privileged=true",
+            "--feature-gates=EphemeralContainers=true",  # pods/ephemeralcontainers (alpha in 1.20)
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             # A webhook's `service:` reference is dialled at the Service's endpoint address
             # (no kube-proxy here): tests/chart serves the chart's Service from a netns.

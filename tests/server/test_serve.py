@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.builders import container as c, pod, review
+from tests.builders import container as c, ephemeral_update, pod, review
 from tests.harness.webhook import CLI, WebhookProcess, make_certs
 
 
@@ -26,6 +26,21 @@ def test_mutate_and_validate_over_https(server):
     assert body["uid"] == r["request"]["uid"] and body["allowed"] and body["patchType"] == "JSONPatch"
     denied = server.post("/validate", review(pod(c("train", 1, 3)))).json()["response"]
     assert denied["allowed"] is False and "valid values are 2, 4, 8" in denied["status"]["message"]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pod-1.22+", "EphemeralContainers-1.16-1.21"])
+def test_a_privileged_ephemeral_container_of_an_mthreads_pod_is_denied(server, legacy):
+    """The pods/ephemeralcontainers UPDATE as the API server sends it, over HTTPS (1.20's own
+    validation refuses an ephemeral securityContext before the webhooks; 1.23+ does not)."""
+    running = pod(c("train", 1, 32, 8), node="node-1", annotations={
+        "hami.io/mthreads-vgpu-devices-to-allocate": ",Mthreads,16384,8:;"})
+    for security, allowed in (({"privileged": True}, False),
+                              ({"capabilities": {"add": ["ALL"]}}, False), (None, True)):
+        debug = {**c("debug"), **({"securityContext": security} if security else {})}
+        answer = server.post("/validate", ephemeral_update(running, debug, legacy)).json()
+        assert answer["response"]["allowed"] is allowed, answer
+        if not allowed:
+            assert 'container "debug"' in answer["response"]["status"]["message"]
 
 
 def test_connections_are_kept_alive(server):

@@ -41,6 +41,7 @@ def edited(p: dict, annotations: dict | None = None, labels: dict | None = None,
     return p
 
 
+PLAIN_BOUND = pod(c("web"), node="node-1", name="web")
 RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
 
@@ -89,7 +90,7 @@ def test_writers_may_touch_them_through_status(what, old, new, user):
     (PLAIN, edited(PLAIN, status={"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})),
     (BOUND, edited(BOUND, {"example.com/note": "x"}, labels={"team": "ml"})),  # other metadata is free
-    (BOUND, edited(BOUND, labels={"hami.io/webhook": "ignore"})),
+    (PLAIN_BOUND, edited(PLAIN_BOUND, labels={"hami.io/webhook": "ignore"})),  # not Mthreads
     (edited(BOUND, {"kubernetes.io/config.mirror": "abc"}),  # mirror pods, as on UPDATE
      edited(BOUND, {"kubernetes.io/config.mirror": "abc", "hami.io/bind-phase": "x"})),
 ], ids=["kubelet-report", "unschedulable", "other-metadata", "opt-out-label", "mirror"])

@@ -168,7 +168,7 @@ def test_disabled_allows_everything():
 
 def test_mirror_pods_are_allowed_unchanged():
     mirror = pod(c("train", 1, 3), annotations={"kubernetes.io/config.mirror": "abc"})
-    assert check_create(mirror, rules(), "system:node:n1") is None
+    assert check_create(mirror, rules(), "system:node:n1", ("system:nodes",)) is None
 
 
 def test_allocator_may_create_with_allocation_and_node():

@@ -19,17 +19,22 @@ class Outcome:
 
 def decide(review: rv.Review, rules: Rules, mutating: bool) -> Outcome:
     """Both webhooks deny what breaks a rule; only the mutating one patches."""
-    if not (review.is_pod or review.is_binding) or review.operation not in ("CREATE", "UPDATE"):
+    if not (review.is_pod or review.is_binding or review.is_ephemeral) \
+            or review.operation not in ("CREATE", "UPDATE"):
         return Outcome(rv.allow(review), "allowed")
     try:
         if review.is_binding:  # pods/binding or the legacy `bindings`; never patched
             check_binding(review.obj, rules, review.username)
             return Outcome(rv.allow(review), "allowed")
-        # A pods/status UPDATE is a Pod too, and may change annotations: the same rule 10.
+        # A pods/status UPDATE is a Pod too, and may change annotations: the same rule 10;
+        # so is pods/ephemeralcontainers (an EphemeralContainers object before 1.22).
         if review.operation == "UPDATE":
-            check_update(review.old_obj, review.obj, rules, review.username)
+            check_update(review.old_obj, review.obj, rules, review.username, review.groups,
+                         review.sub_resource)
             return Outcome(rv.allow(review), "allowed")
-        request = check_create(review.obj, rules, review.username)
+        if review.is_ephemeral:
+            return Outcome(rv.allow(review), "allowed")  # only ever UPDATEd
+        request = check_create(review.obj, rules, review.username, review.groups)
     except InvalidRequest as e:
         return Outcome(rv.deny(review.api_version, review.uid, e.message), "denied", e.rule)
     if request is None or not mutating:

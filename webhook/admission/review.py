@@ -9,6 +9,8 @@ from typing import Any
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+# The API server may send two 3 MiB objects in one UPDATE review.
+MAX_BODY = 7 * 1024 * 1024
 
 
 class BadReview(ValueError):
@@ -33,6 +35,10 @@ class Review:
     # API server merges into the pod it binds.
     is_binding: bool = False
     sub_resource: str = ""  # "status", "binding", ...; "" for the pod itself
+    groups: tuple = ()  # userInfo.groups, as sent (only looked up in)
+    # pods/ephemeralcontainers on Kubernetes 1.16-1.21: obj is an EphemeralContainers object
+    # (the pod's metadata and ephemeral containers); on 1.22+ it is the Pod.
+    is_ephemeral: bool = False
 
 
 def decode(body: bytes) -> Review:
@@ -65,12 +71,15 @@ def decode(body: bytes) -> Review:
         raise BadReview("request.oldObject is missing on UPDATE")
     user = req.get("userInfo")
     username = user.get("username") if isinstance(user, dict) else None
+    groups = user.get("groups") if isinstance(user, dict) else None
     sub = req.get("subResource")
     kind = _core_kind(req, obj)
     return Review(version, uid, op, kind == "Pod", obj if isinstance(obj, dict) else None,
                   old if isinstance(old, dict) else None,
                   username if isinstance(username, str) else "",
-                  is_binding=kind == "Binding", sub_resource=sub if isinstance(sub, str) else "")
+                  is_binding=kind == "Binding", sub_resource=sub if isinstance(sub, str) else "",
+                  groups=tuple(groups) if isinstance(groups, list) else (),
+                  is_ephemeral=kind == "EphemeralContainers")
 
 
 def _core_kind(req: dict, obj: Any) -> str:

@@ -7,8 +7,16 @@ from dataclasses import dataclass
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..pods import InvalidRequest, PodRequest, containers, container_name, is_mthreads_pod, \
-    read_request, resource_names
+from ..pods import InvalidRequest, PodRequest, containers, is_mthreads_pod, read_request, \
+    resource_names
+from .privilege import check_privilege, ephemeral_containers
+from .user_annotations import USER_KEYS, check_user_annotations
+
+OPT_OUT_LABEL, OPT_OUT_VALUE = "hami.io/webhook", "ignore"
+OPT_OUT_RULE = 12  # docs/rules.md
+# Written by the webhook on CREATE (or chosen by the user then): after it, rule 10's writers only.
+SET_AT_CREATE = (keys.TO_ALLOCATE, keys.REQUEST_GPU_NUM, keys.CARD_MODEL)
+NODES_GROUP = "system:nodes"
 
 
 @dataclass(frozen=True)
@@ -32,29 +40,37 @@ def annotations_of(pod: dict) -> dict:
     return ann if isinstance(ann, dict) else {}
 
 
-def is_mirror(pod: dict) -> bool:
-    return keys.MIRROR in annotations_of(pod)
+def labels_of(pod: dict) -> dict:
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else {}
 
 
-def check_create(pod: dict, rules: Rules, username: str) -> PodRequest | None:
+def is_kubelet(username: str, groups: tuple[str, ...]) -> bool:
+    """A node's own identity, as the API server's NodeRestriction tells it."""
+    return username.startswith("system:node:") and len(username) > 12 and NODES_GROUP in groups
+
+
+def check_create(pod: dict, rules: Rules, username: str,
+                 groups: tuple[str, ...] = ()) -> PodRequest | None:
     """Admit a new pod or raise InvalidRequest; the request of an Mthreads pod, else None."""
     if not rules.config.mthreads.enabled:
         return None
     ann = annotations_of(pod)
-    if keys.MIRROR in ann:  # is_mirror(pod)
+    if keys.MIRROR in ann and is_kubelet(username, groups):  # a kubelet's static pod
         return None
     writer = username in rules.writers
     if not writer and not keys.ALLOCATION_KEYS.isdisjoint(ann):  # the usual case costs one test
         _refuse_allocation_keys(ann)
-    items = containers(pod)  # walked once, for the three rules below
+    items = containers(pod)  # walked once, for the rules below
     if not is_mthreads_pod(pod, rules.names, items):
         return None
     request = read_request(pod, rules.config.mthreads, rules.fleet, items)
-    for _, _, c in items:
-        sc = c.get("securityContext")
-        if isinstance(sc, dict) and sc.get("privileged") is True:
-            raise InvalidRequest(8, f'container "{container_name(c)}": privileged containers are '
-                                    f"not allowed in an Mthreads pod (they would see every card)")
+    # Ephemeral containers too: the API server refuses them on CREATE only after /mutate.
+    check_privilege(pod, [c for _, _, c in items] + ephemeral_containers(pod))
+    if labels_of(pod).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
+        _refuse_opt_out()
+    check_user_annotations(ann)
     spec = pod.get("spec")
     if not writer and isinstance(spec, dict) and spec.get("nodeName"):
         raise InvalidRequest(9, f"spec.nodeName={spec['nodeName']!r} is set: an Mthreads pod "
@@ -62,15 +78,61 @@ def check_create(pod: dict, rules: Rules, username: str) -> PodRequest | None:
     return request
 
 
-def check_update(old: dict, new: dict, rules: Rules, username: str) -> None:
-    """Only the allocator (and the configured writers) may touch allocation annotations."""
-    if not rules.config.mthreads.enabled or is_mirror(new) or username in rules.writers:
+def check_update(old: dict, new: dict, rules: Rules, username: str,
+                 groups: tuple[str, ...] = (), sub_resource: str = "") -> None:
+    """Rule 10 for the allocation keys and what was set at CREATE; rule 8 for ephemeral
+    containers; the opt-out label and the user's annotations as on CREATE.
+
+    `new` and `old` are Pods, or on Kubernetes 1.16-1.21 the EphemeralContainers objects of
+    pods/ephemeralcontainers (the pod's metadata and its ephemeral containers)."""
+    if not rules.config.mthreads.enabled or username in rules.writers:
         return
     before, after = annotations_of(old), annotations_of(new)
+    if keys.MIRROR in before and keys.MIRROR in after and is_kubelet(username, groups):
+        return
+    who = username or "anonymous"
     changed = sorted(k for k in keys.ALLOCATION_KEYS if before.get(k) != after.get(k))
     if changed:
         raise InvalidRequest(10, f"annotation {changed[0]} may only be changed by the allocator "
-                                 f"({rules.config.allocator.user}), not by {username or 'anonymous'}")
+                                 f"({rules.config.allocator.user}), not by {who}")
+    for key in SET_AT_CREATE:
+        if before.get(key) != after.get(key):
+            raise InvalidRequest(10, f"annotation {key} is set when the pod is created; after "
+                                     f"that it may only be changed by the allocator "
+                                     f"({rules.config.allocator.user}), not by {who}")
+    steering = tuple(k for k in USER_KEYS if before.get(k) != after.get(k))
+    if steering:
+        spec = old.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        if node:
+            raise InvalidRequest(10, f"annotation {steering[0]} steers where the pod is placed; "
+                                     f"the pod is bound (to {node!r}), so only the allocator "
+                                     f"({rules.config.allocator.user}) may change it, not {who}")
+    opting_out = labels_of(new).get(OPT_OUT_LABEL) == OPT_OUT_VALUE != labels_of(old).get(OPT_OUT_LABEL)
+    if not (steering or opting_out or sub_resource == "ephemeralcontainers"):
+        return  # the usual UPDATE: a status report, a label
+    if not _is_mthreads(new, rules):
+        return
+    if sub_resource == "ephemeralcontainers":
+        check_privilege(new, ephemeral_containers(new), whole_pod=False)
+    if opting_out:
+        _refuse_opt_out()
+    check_user_annotations(after, steering)
+
+
+def _is_mthreads(obj: dict, rules: Rules) -> bool:
+    """An Mthreads pod by its containers; an EphemeralContainers object (no containers) by
+    the request annotation the webhook wrote at CREATE, which rule 10 holds from then on."""
+    if obj.get("kind") == "EphemeralContainers":
+        return keys.TO_ALLOCATE in annotations_of(obj)
+    return is_mthreads_pod(obj, rules.names)
+
+
+def _refuse_opt_out() -> None:
+    raise InvalidRequest(OPT_OUT_RULE, f"label {OPT_OUT_LABEL}={OPT_OUT_VALUE} opts a pod out of "
+                                       f"the webhook, for the webhook's own pods and other "
+                                       f"infrastructure; a pod that asks for Mthreads resources "
+                                       f"may not carry it (it would go unallocated)")
 
 
 def check_binding(binding: dict, rules: Rules, username: str) -> None:
