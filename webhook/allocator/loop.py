@@ -70,6 +70,7 @@ class Allocator:
         self.retry: dict[str, tuple[int, float]] = {}  # uid -> (generation, monotonic) of last try
         self.warned: set[str] = set()
         self.synced: set[str] = set()
+        self.metrics.bound.clear()
 
     # sessions
     def _start_session(self) -> None:
@@ -114,6 +115,7 @@ class Allocator:
     def _relist_pods(self, pods: list[dict]) -> None:
         keep = dict(self.assumed)
         self.state.clear_shares()
+        self.metrics.bound.clear()
         self.pending.clear()
         self.assumed.clear()
         unbound = set()
@@ -142,6 +144,7 @@ class Allocator:
                 log.warning("pod %s: %s; counting %s as fully used", _key(pod), share.problem,
                             ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
             self.state.add(share)
+            self.metrics.bound.seen(pod)
             return
         if uid in self.assumed:
             return  # an event older than our binding
@@ -162,6 +165,7 @@ class Allocator:
         self.warned.discard(uid)
         self.reporter.forget(uid)
         self.state.remove(uid)
+        self.metrics.bound.gone(uid)
 
     def _drain(self, wait: float) -> None:
         try:

@@ -11,6 +11,7 @@ import time
 import uuid
 
 from ..config import Config
+from ..observe.hami_metrics import HamiCollector
 from .api import Api, make_api_client
 from .binder import DEFAULT_THREADS
 from .leader import LeaderElector
@@ -47,6 +48,7 @@ def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_b
     metrics = Metrics()
     leader = LeaderElector(api, ns, me)
     allocator = Allocator(config, api, leader, metrics, me, bind_threads)
+    metrics.registry.register(HamiCollector(lambda: allocator.state.nodes.values(), metrics.bound))
     server = serve(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()
