@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--config")
     e.add_argument("--kubeconfig", help="default: in-cluster config")
     e.add_argument("--bind", default="0.0.0.0:8888", help="HOST:PORT, plain HTTP (default %(default)s)")
+    from .observe import cards_command
+    cards_command.register(sub)
     return p
 
 
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # the allocator's retries say enough
     try:
-        return _COMMANDS[args.command](args)
+        return (_COMMANDS.get(args.command) or args.run)(args)
     except ConfigError as e:
         print(f"mthreads-webhook: config: {e}", file=sys.stderr)
         return 2
