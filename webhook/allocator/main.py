@@ -12,6 +12,7 @@ import uuid
 
 from ..config import Config
 from ..observe.hami_metrics import HamiCollector
+from ..observe.pending_metrics import PendingCollector
 from .api import Api, make_api_client
 from .binder import DEFAULT_THREADS
 from .leader import LeaderElector
@@ -49,6 +50,7 @@ def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_b
     leader = LeaderElector(api, ns, me)
     allocator = Allocator(config, api, leader, metrics, me, bind_threads)
     metrics.registry.register(HamiCollector(lambda: allocator.state.nodes.values(), metrics.bound))
+    metrics.registry.register(PendingCollector(lambda: allocator.pending.values()))
     server = serve(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()
