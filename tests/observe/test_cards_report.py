@@ -92,3 +92,13 @@ def test_a_long_reason_wraps_within_80_columns():
 def test_an_empty_cluster_says_so():
     out = table(report([], [], [], MthreadsConfig()))
     assert out == "no Mthreads cards found\n\nno pending Mthreads pods\n"
+
+
+def test_long_node_names_give_up_the_node_column():
+    name = "ip-10-0-12-34.ec2.internal"
+    out = table(report([mt_node(name, cards=1)],
+                       [bound("a", name, f"{name}-mthreads-0,Mthreads,1024,1:;")], [], MthreadsConfig()))
+    head, row = out.splitlines()[:2]
+    assert head.split() == ["CARD", "MODEL", "MEMORY", "CORES", "PODS"]
+    assert row.split() == [f"{name}-mthreads-0", "MTT-S4000", "1/48Gi", "1/16", "team/a"]
+    assert len(row) <= 80

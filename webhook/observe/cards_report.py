@@ -96,23 +96,7 @@ def _fit(text: str, width: int) -> str:
 
 
 def table(r: Report, width: int = WIDTH) -> str:
-    head = ["NODE", "CARD", "MODEL", "MEMORY", "CORES", "PODS"]
-    rows = [_row(v) for v in r.cards]
-    lines = []
-    if rows:
-        widths = [max(len(x[i]) for x in [head] + rows) for i in range(5)]
-        room = max(width - sum(widths) - 2 * 5, 10)
-        last_node = None
-        for x in [head] + rows:
-            cells = list(x)
-            if cells[0] == last_node:
-                cells[0] = ""  # the node once, on its first card
-            else:
-                last_node = x[0] if x is not head else None
-            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  "
-                         + _fit(cells[5], room))
-    else:
-        lines.append("no Mthreads cards found")
+    lines = _card_lines([_row(v) for v in r.cards], width) if r.cards else ["no Mthreads cards found"]
     for name, why in r.problems:
         lines.append(f"node {name}: no usable cards: {why}")
     lines.append("")
@@ -123,6 +107,29 @@ def table(r: Report, width: int = WIDTH) -> str:
     else:
         lines.append("no pending Mthreads pods")
     return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+MIN_PODS = 12  # columns left for the pods before the node column gives way
+
+
+def _card_lines(rows: list[list[str]], width: int) -> list[str]:
+    """The node once, on its first card; when long names leave the pods too little room the
+    node column is left out: the card id begins with the node's name. (Only card ids of more
+    than about 50 characters still make a line longer than `width`.)"""
+    head = ["NODE", "CARD", "MODEL", "MEMORY", "CORES", "PODS"]
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(5)]
+    first = 0 if width - sum(widths) - 2 * 5 >= MIN_PODS else 1
+    room = max(width - sum(widths[first:]) - 2 * (5 - first), MIN_PODS)
+    lines, last_node = [], None
+    for i, x in enumerate([head] + rows):
+        cells = list(x)
+        if i and cells[0] == last_node:
+            cells[0] = ""
+        elif i:
+            last_node = x[0]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells[first:5], widths[first:]))
+                     + "  " + _fit(cells[5], room))
+    return lines
 
 
 def as_json(r: Report) -> str:
