@@ -25,6 +25,7 @@ from ..config import Config
 from ..allocator.api import ApiError
 from ..allocator.binding import binding_body
 from ..allocator.decide import Placement
+from ..observe.hami_metrics import metrics_page
 from . import wire
 from .decisions import choose, filter_nodes, read_pod, scores
 
@@ -152,6 +153,9 @@ def create_extender_app(config: Config, state_source) -> Flask:
     @app.get("/healthz")
     def healthz():
         return "ok\n", 200, {"Content-Type": "text/plain"}
+
+    app.add_url_rule("/metrics", "metrics", metrics_page(lambda: state_source.state.nodes.values(),
+                                                         state_source.bound))
 
     @app.get("/readyz")
     def readyz():

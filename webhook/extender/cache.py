@@ -21,6 +21,7 @@ from ..allocator.api import Api, ApiError
 from ..allocator.informer import Informer
 from ..allocator.shares import PodShare, share_of
 from ..allocator.state import ClusterState
+from ..observe.fleet import BoundPods
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Cache:
         self.uncertain: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): outcome unknown
         self.synced: set[str] = set()
         self.warned: set[str] = set()
+        self.bound = BoundPods()  # the bound pods' cards, for HAMi's metrics (observe/)
         self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
         self._informers: list[Informer] = []
@@ -113,6 +115,7 @@ class Cache:
     def _relist(self, pods: list[dict]) -> None:
         keep = dict(self.assumed)
         self.state.clear_shares()
+        self.bound.clear()
         self.unbound.clear()
         self.assumed.clear()
         unbound = {_uid(p) for p in pods if not (p.get("spec") or {}).get("nodeName")}
@@ -136,6 +139,7 @@ class Cache:
                 log.warning("pod %s/%s: %s; counting %s as fully used", *key, share.problem,
                             ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
             self.state.add(share)
+            self.bound.seen(pod)
             return
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
             self.unbound.pop(key, None)
@@ -150,6 +154,7 @@ class Cache:
         self.uncertain.pop(uid, None)
         self.warned.discard(uid)
         self.state.remove(uid)
+        self.bound.gone(uid)
 
     # used by the binder
     def assume(self, share: PodShare) -> None:

@@ -95,3 +95,13 @@ def _copy(nodes: Callable[[], Iterable]) -> list:
         except RuntimeError:
             continue
     return []
+
+
+def metrics_page(nodes: Callable[[], Iterable], pods: BoundPods) -> Callable[[], tuple]:
+    """A Flask view for GET /metrics with HAMi's families (for the extender, whose app has no
+    registry of its own)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+    registry = CollectorRegistry()
+    registry.register(HamiCollector(nodes, pods))
+    return lambda: (generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST})
