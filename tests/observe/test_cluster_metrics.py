@@ -71,3 +71,13 @@ def test_hami_metrics_follow_pods_placed_and_deleted(admin, fleet, namespace, st
     assert samples(m, "hami_gpu_shared_count", device_uuid=cards[b])[0].value == \
         (1 if cards[b] == cards[a] else 0)
     assert len(samples(m, "hami_vgpu_memory_allocated_bytes", namespace=namespace)) == 1
+
+    # a pod that ends (as the kubelet reports it) holds nothing any more
+    core.patch_namespaced_pod_status(a, namespace, {"status": {"phase": "Succeeded"}})
+
+    def ended():
+        m = scrape(alloc.metrics_url)
+        return m if not samples(m, "hami_vgpu_memory_allocated_bytes", namespace=namespace) else None
+    m = wait_for(ended, 30, what="the ended pod's series gone")
+    assert samples(m, "hami_gpu_shared_count", device_uuid=cards[a])[0].value == 0
+    assert samples(m, "hami_gpu_memory_allocated_bytes", device_uuid=cards[a])[0].value == 0
