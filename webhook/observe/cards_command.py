@@ -34,8 +34,8 @@ def _kubeconfig(given: str | None) -> str | None:
     return str(home) if home.exists() else None
 
 
-class Unreachable(Exception):
-    pass
+class CannotList(Exception):
+    """The API server could not be reached, or refused a list (the message says which)."""
 
 
 def _list(api, path: str, query: dict | None = None) -> list[dict]:
@@ -43,10 +43,10 @@ def _list(api, path: str, query: dict | None = None) -> list[dict]:
     try:
         reply = api.call("GET", path, query)
     except ApiError as e:
-        raise Unreachable(f"cannot reach the API server: {e}") from None
+        raise CannotList(f"cannot reach the API server: {e}") from None
     if not reply.ok:
-        raise Unreachable(f"GET {path}: {reply.message()}")
-    return reply.body.get("items") or []
+        raise CannotList(f"GET {path}: {reply.message()}")
+    return (reply.body or {}).get("items") or []
 
 
 def run(args) -> int:
@@ -62,8 +62,8 @@ def run(args) -> int:
         nodes = _list(api, "/api/v1/nodes")
         pods = _list(api, "/api/v1/pods")
         events = _list(api, "/api/v1/events", {"fieldSelector": "reason=FailedScheduling"})
-    except Unreachable as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
+    except CannotList as e:
+        print(f"{PROG}: {e}".splitlines()[0], file=sys.stderr)
         return 1
     except Exception as e:  # a missing or unreadable kubeconfig, no in-cluster config
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster config"
