@@ -56,7 +56,7 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 	find certs -mindepth 1 ! -name .gitkeep -delete
 
-# Try it on a local API server: the webhook, the examples applied, the results shown.
+# Try it on a local API server: fake nodes, the webhook and the allocator, the examples placed, the cards shown.
 demo: install
 	hack/kube-assets.sh >/dev/null
 	$(BIN)/python hack/demo.py $(DEMO_ARGS)

@@ -25,12 +25,12 @@ log = logging.getLogger(__name__)
 Readiness = Callable[[], tuple[bool, str]]
 
 
-def create_app(config: Config, readiness: Readiness | None = None) -> Flask:
+def create_app(config: Config, readiness: Readiness | None = None, not_after=None) -> Flask:
     """`readiness` reports whether a valid serving certificate is loaded (see tls.py)."""
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     rules = Rules.of(config)
-    metrics = WebhookMetrics()
+    metrics = WebhookMetrics(not_after)
     latency = {e: metrics.latency.labels(e) for e in ("mutate", "validate")}  # bound once
     # (endpoint, result) -> its counter, bound when first counted (.labels() costs a lock and
     # a lookup per call); not up front, so a series still appears only once it has counted.

@@ -1,4 +1,4 @@
-"""The `mthreads-webhook` command: serve, certs, allocate, extender."""
+"""The `mthreads-webhook` command: serve, certs, allocate, extender, cards."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from .bind_address import check_bind
 from .config import load_config
+from .observe import cards_command
 from .startup import USAGE, StartupError, run_command
 
 
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--config")
     e.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
     e.add_argument("--bind", default="0.0.0.0:8888", help="HOST:PORT, plain HTTP (default %(default)s)")
+    cards_command.add_parser(sub, KUBECONFIG_HELP)
     return p
 
 
@@ -69,12 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(_COMMANDS[args.command], args)
 
 
-def _cluster(args) -> str | None:
-    """Find the cluster and check that it answers; the kubeconfig to load, None for in-cluster."""
+def _cluster(args, probe: bool = True) -> str | None:
+    """Find the cluster and (for the long-running commands) check that it answers; the
+    kubeconfig to load, None for in-cluster."""
     from .cluster_probe import check_cluster
     from .kubeconfig import find_cluster
     source = find_cluster(args.kubeconfig)
-    check_cluster(source)
+    if probe:
+        check_cluster(source)
     return source.kubeconfig
 
 
@@ -120,7 +124,14 @@ def _extender(args) -> int:
     return run(config, _cluster(args), args.bind)
 
 
-_COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate, "extender": _extender}
+def _cards(args) -> int:
+    # No start-up probe: the command's own lists say in one line what the API server answered.
+    return cards_command.run(load_config(args.config), _cluster(args, probe=False), args.node,
+                             args.output)
+
+
+_COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate, "extender": _extender,
+             "cards": _cards}
 
 if __name__ == "__main__":
     sys.exit(main())

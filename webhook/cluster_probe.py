@@ -11,8 +11,9 @@ import json
 import re
 import time
 
-from kubernetes import client, config as kube_config
+from kubernetes import client
 
+from .kube.api import client_configuration
 from .kubeconfig import ClusterSource
 from .startup import StartupError
 
@@ -23,19 +24,6 @@ FORBIDDEN_GRACE = 10.0
 PROBE = "/api/v1/nodes"  # both the allocator and the extender list nodes first
 
 
-def client_configuration(source: ClusterSource) -> client.Configuration:
-    cfg = client.Configuration()
-    try:
-        if source.kubeconfig is None:
-            kube_config.load_incluster_config(client_configuration=cfg)
-        else:
-            kube_config.load_kube_config(config_file=source.kubeconfig,
-                                         client_configuration=cfg, persist_config=False)
-    except Exception as e:  # the loader raises many kinds for a file it cannot use
-        raise StartupError(f"{source.description}: cannot use it: {e}") from None
-    return cfg
-
-
 def _reason(error: Exception) -> str:
     reason = getattr(error, "reason", None) or error  # urllib3's MaxRetryError wraps the cause
     return re.sub(r"<[^>]*>:? ?", "", str(reason))  # drop the objects' reprs
@@ -43,7 +31,7 @@ def _reason(error: Exception) -> str:
 
 def check_cluster(source: ClusterSource) -> None:
     """Raise StartupError unless the API server answers a list of one node."""
-    cfg = client_configuration(source)
+    cfg = client_configuration(source.kubeconfig, source.description)
     cfg.retries = False
     where = f"the API server at {cfg.host} (from {source.description})"
     deadline = time.monotonic() + FORBIDDEN_GRACE

@@ -12,12 +12,16 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from .observe.cert_expiry import CertificateExpiry
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class WebhookMetrics:
-    def __init__(self) -> None:
+    def __init__(self, not_after=None) -> None:
         self.registry = CollectorRegistry()
+        self.expiry = CertificateExpiry(not_after)  # read on scrape, not kept in worker files
+        self.registry.register(self.expiry)
         self.requests = Counter(
             "mthreads_webhook_requests", "Admission requests by endpoint and result "
             "(allowed, patched, denied, bad_request, error).",
@@ -33,5 +37,6 @@ class WebhookMetrics:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
+            registry.register(self.expiry)
             return generate_latest(registry)
         return generate_latest(self.registry)

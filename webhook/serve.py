@@ -64,7 +64,8 @@ class WebhookServer(BaseApplication):
 
     def load(self):
         from .app import create_app  # in the worker, after PROMETHEUS_MULTIPROC_DIR is set
-        return create_app(self.webhook_config, readiness=self.certificate.status)
+        return create_app(self.webhook_config, readiness=self.certificate.status,
+                          not_after=lambda: self.certificate.not_after)
 
 
 def _forget_worker_metrics(server, worker) -> None:

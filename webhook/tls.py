@@ -63,6 +63,12 @@ class ServingCertificate:
                     self._reload_if_changed()
         return self._context
 
+    @property
+    def not_after(self) -> dt.datetime:
+        """The loaded certificate's notAfter, after picking up a rotated file (for metrics)."""
+        self.context()
+        return self._not_after
+
     def _reload_if_changed(self) -> None:
         try:
             changed = (_signature(self.cert_file), _signature(self.key_file)) != self._signature

@@ -66,7 +66,8 @@ class Allocator:
 
     def _reset(self) -> None:
         self.cache = PodCache(self.config.mthreads, self.config.scheduler_name,
-                              on_settled=self._settled, on_changed=self._changed)
+                              on_settled=self._settled, on_changed=self._changed,
+                              bound=self.metrics.bound)
         self.tries: dict[str, LastTry] = {}  # pending pods that did not fit, or whose write failed
         self.reading: set[str] = set()  # uncertain pods whose re-read is under way
         self.last_read: dict[str, float] = {}  # uid -> monotonic of its last re-read

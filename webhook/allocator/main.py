@@ -14,6 +14,8 @@ from ..config import Config
 from ..kube.api import Api, make_api_client
 from ..kube.binder import DEFAULT_THREADS
 from ..kube.leader import LeaderElector
+from ..observe.hami_metrics import HamiCollector
+from ..observe.pending_metrics import PendingCollector
 from .loop import Allocator
 from .metrics import Metrics, serve
 
@@ -47,6 +49,8 @@ def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_b
     metrics = Metrics()
     leader = LeaderElector(api, ns, me)
     allocator = Allocator(config, api, leader, metrics, me, bind_threads)
+    metrics.registry.register(HamiCollector(lambda: allocator.state.nodes.values(), metrics.bound))
+    metrics.registry.register(PendingCollector(lambda: allocator.cache.pending.values()))
     server = serve(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()

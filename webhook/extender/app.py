@@ -26,6 +26,7 @@ from ..config import Config
 from ..kube.binder import post_binding
 from ..scheduling.binding import binding_body
 from ..scheduling.decide import Placement
+from ..observe.hami_metrics import metrics_page
 from ..scheduling.request import request_of
 from . import wire
 
@@ -140,6 +141,9 @@ def create_extender_app(config: Config, state_source) -> Flask:
     @app.get("/healthz")
     def healthz():
         return "ok\n", 200, {"Content-Type": "text/plain"}
+
+    app.add_url_rule("/metrics", "metrics", metrics_page(lambda: state_source.state.nodes.values(),
+                                                         state_source.bound))
 
     @app.get("/readyz")
     def readyz():

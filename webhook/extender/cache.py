@@ -34,6 +34,7 @@ class Cache:
         self.config, self.api = config, api
         self.lock = threading.RLock()
         self.pods = PodCache(config.mthreads)
+        self.bound = self.pods.bound  # the bound pods' cards, for HAMi's metrics
         self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
         self._informers: list[Informer] = []

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from kubernetes import client, config as kube_config
 
+from ..startup import StartupError
+
 REQUEST_TIMEOUT = 5.0  # seconds, for every call that is not a watch
 
 
@@ -33,14 +35,25 @@ class ApiError(Exception):
     """The API server could not be reached (connection refused, timeout, TLS...)."""
 
 
+def client_configuration(kubeconfig: str | None, description: str | None = None) -> client.Configuration:
+    """The client settings of a kubeconfig (a file or a colon-separated list; None: in-cluster).
+    A source the loader cannot use is a StartupError naming it (`description`, else the path)."""
+    cfg = client.Configuration()
+    try:
+        if kubeconfig:
+            kube_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg,
+                                         persist_config=False)
+        else:
+            kube_config.load_incluster_config(client_configuration=cfg)
+    except Exception as e:  # the loader raises many kinds for a file it cannot use
+        where = description or (f"kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster config")
+        raise StartupError(f"{where}: cannot use it: {e}") from None
+    return cfg
+
+
 def make_api_client(kubeconfig: str | None, connections: int = 10) -> client.ApiClient:
     """`connections`: kept open at once; a thread that finds none free opens (and drops) one."""
-    cfg = client.Configuration()
-    if kubeconfig:
-        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg,
-                                     persist_config=False)
-    else:
-        kube_config.load_incluster_config(client_configuration=cfg)
+    cfg = client_configuration(kubeconfig)
     cfg.connection_pool_maxsize = connections
     return client.ApiClient(configuration=cfg)
 

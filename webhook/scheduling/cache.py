@@ -22,6 +22,7 @@ import logging
 from typing import Callable
 
 from ..config import MthreadsConfig
+from ..observe.fleet import BoundPods
 from .shares import PodShare, share_of
 from .state import ClusterState
 
@@ -46,11 +47,15 @@ def is_bound(pod: dict) -> bool:
 class PodCache:
     def __init__(self, mt: MthreadsConfig, scheduler_name: str | None = None,
                  on_settled: Callable[[str], None] | None = None,
-                 on_changed: Callable[[str], None] | None = None):
+                 on_changed: Callable[[str], None] | None = None,
+                 bound: BoundPods | None = None):
         """`scheduler_name`: keep only the unbound pods of this scheduler (None: all).
         `on_settled(uid)`: a pod was seen bound or gone; `on_changed(uid)`: a pending pod's
-        annotations changed (what it asks for may have)."""
+        annotations changed (what it asks for may have). `bound`: the bound pods' view that
+        the metrics read, kept in step with the watch (emptied: a new cache knows no pod)."""
         self.state = ClusterState(mt)
+        self.bound = bound if bound is not None else BoundPods()
+        self.bound.clear()
         self.scheduler_name = scheduler_name
         self.on_settled = on_settled or (lambda uid: None)
         self.on_changed = on_changed or (lambda uid: None)
@@ -82,6 +87,7 @@ class PodCache:
     def relist(self, pods: list[dict]) -> None:
         keep = dict(self.assumed)
         self.state.clear_shares()
+        self.bound.clear()
         self.pending.clear()
         self.assumed.clear()
         unbound = {uid_of(p) for p in pods if not is_bound(p)}
@@ -105,6 +111,7 @@ class PodCache:
                 log.warning("pod %s: %s; counting %s as fully used", name_of(pod), share.problem,
                             ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
             self.state.add(share)
+            self.bound.seen(pod)
             return
         if uid in self.assumed:
             return  # an event older than our binding
@@ -126,6 +133,7 @@ class PodCache:
         self.warned.discard(uid)
         self.on_settled(uid)
         self.state.remove(uid)
+        self.bound.gone(uid)
 
     # our bindings
     def assume(self, share: PodShare) -> None:

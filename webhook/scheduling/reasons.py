@@ -27,6 +27,11 @@ CORES_EXHAUSTED = "CardComputeUnitsExhausted"  # a slice without cores on a card
 INSUFFICIENT_CARD_MEMORY = "CardInsufficientMemory"
 INSUFFICIENT_CARD_CORES = "CardInsufficientCore"
 
+# Every node or card reason, for the pending pods' metrics (observe/pending_metrics.py).
+ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY,
+       TOO_MANY_PODS, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, EXCLUSIVE_CONFLICT,
+       CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY, INSUFFICIENT_CARD_CORES)
+
 # Not about a node: the pod itself breaks the admission rules (created while the webhook was down).
 INVALID_REQUEST = "InvalidRequest"
 

@@ -1,0 +1,104 @@
+"""The `cards` table and JSON from plain nodes, pods and events (the cluster test runs the command)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.builders import mt_node, plain, sched_pod as pod, slice_
+from webhook.config import MthreadsConfig
+from webhook.observe.cards_report import NO_REASON, as_json, report, table
+
+ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
+WHY = "0/2 nodes are available: 2 CardInsufficientMemory."
+
+
+def bound(name, node, text, ns="team", phase="Running"):
+    return pod(slice_(2), name=name, namespace=ns, node=node, annotations={ALLOCATED: text},
+               phase=phase)
+
+
+def event(p, message, at="2026-01-01T00:00:00Z"):
+    return {"reason": "FailedScheduling", "message": message, "lastTimestamp": at,
+            "involvedObject": {"uid": p["metadata"]["uid"]}}
+
+
+@pytest.fixture
+def cluster():
+    nodes = [mt_node("gpu-s4", cards=2, units=96), mt_node("gpu-s5", cards=1, units=160),
+             mt_node("cpu-only", cards=0),
+             mt_node("odd", capacity={"mthreads.com/sgpu-core": "20", "mthreads.com/sgpu-memory": "96"})]
+    big = pod(slice_(160, 16), name="big", namespace="team")
+    waiting = pod(slice_(2), name="fresh", namespace="team")
+    pods = [bound("a", "gpu-s4", "gpu-s4-mthreads-0,Mthreads,16384,8:;"),
+            bound("b", "gpu-s4", "gpu-s4-mthreads-0,Mthreads,4096,4:;"),
+            bound("done", "gpu-s4", "gpu-s4-mthreads-1,Mthreads,49152,16:;", phase="Succeeded"),
+            bound("c", "gpu-s5", "gpu-s5-mthreads-0,Mthreads,81920,16:;", ns="ml"),
+            big, waiting, pod(plain(), name="web", namespace="team")]
+    events = [event(big, "old message", "2025-01-01T00:00:00Z"), event(big, WHY)]
+    return nodes, pods, events
+
+
+def test_table_one_line_per_card_then_pending(cluster):
+    out = table(report(*cluster, MthreadsConfig()))
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), out
+    assert lines[0].split() == ["NODE", "CARD", "MODEL", "MEMORY", "CORES", "PODS"]
+    assert lines[1].split() == ["gpu-s4", "gpu-s4-mthreads-0", "MTT-S4000", "20/48Gi", "12/16",
+                                "team/a,", "team/b"]
+    assert lines[2].split() == ["gpu-s4-mthreads-1", "MTT-S4000", "0/48Gi", "0/16", "-"]  # node once
+    assert lines[3].split() == ["gpu-s5", "gpu-s5-mthreads-0", "MTT-S5000", "80/80Gi", "16/16", "ml/c"]
+    assert "node odd: no usable cards: mthreads.com/sgpu-core=20 is not a multiple of 16" in out
+    assert "PENDING MTHREADS PODS (2)" in out
+    assert f"team/big: {WHY}" in out  # the latest event's message
+    assert f"team/fresh: {NO_REASON}" in out
+    assert "team/web" not in out and "done" not in out  # not Mthreads; ended
+
+
+def test_node_filter(cluster):
+    r = report(*cluster, MthreadsConfig(), node="gpu-s5")
+    assert [v.card.id for v in r.cards] == ["gpu-s5-mthreads-0"]
+
+
+def test_json_is_complete(cluster):
+    doc = json.loads(as_json(report(*cluster, MthreadsConfig())))
+    assert doc["cards"][0] == {"node": "gpu-s4", "card": "gpu-s4-mthreads-0", "index": 0,
+                               "model": "MTT-S4000", "memoryUsedMiB": 20480,
+                               "memoryTotalMiB": 49152, "coresUsed": 12, "coresTotal": 16,
+                               "containers": 2, "pods": ["team/a", "team/b"]}
+    assert {p["pod"]: p["reason"] for p in doc["pending"]} == {"team/big": WHY,
+                                                               "team/fresh": NO_REASON}
+    assert doc["problems"] == [{"node": "odd", "problem": "mthreads.com/sgpu-core=20 is not a "
+                                                          "multiple of 16"}]
+
+
+def test_many_pods_are_cut_to_80_columns_with_a_count():
+    nodes = [mt_node("n", cards=1)]
+    pods = [bound(f"worker-{i:02d}", "n", "n-mthreads-0,Mthreads,1024,0:;") for i in range(20)]
+    out = table(report(nodes, pods, [], MthreadsConfig()))
+    row = out.splitlines()[1]
+    assert len(row) <= 80 and row.rstrip().endswith(tuple(f"+{n}" for n in range(1, 20))), row
+
+
+def test_a_long_reason_wraps_within_80_columns():
+    p = pod(slice_(2), name="p", namespace="ns")
+    why = "0/40 nodes are available: " + ", ".join(f"{i} node(s) had untolerated taint" for i in range(8))
+    out = table(report([], [p], [event(p, why)], MthreadsConfig()))
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert " ".join(out.split()).find(why) > 0
+
+
+def test_an_empty_cluster_says_so():
+    out = table(report([], [], [], MthreadsConfig()))
+    assert out == "no Mthreads cards found\n\nno pending Mthreads pods\n"
+
+
+def test_long_node_names_give_up_the_node_column():
+    name = "ip-10-0-12-34.ec2.internal"
+    out = table(report([mt_node(name, cards=1)],
+                       [bound("a", name, f"{name}-mthreads-0,Mthreads,1024,1:;")], [], MthreadsConfig()))
+    head, row = out.splitlines()[:2]
+    assert head.split() == ["CARD", "MODEL", "MEMORY", "CORES", "PODS"]
+    assert row.split() == [f"{name}-mthreads-0", "MTT-S4000", "1/48Gi", "1/16", "team/a"]
+    assert len(row) <= 80

@@ -1,0 +1,1 @@
+"""What an operator looks at: HAMi's metrics, the `cards` command, the data both read."""

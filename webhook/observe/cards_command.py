@@ -1,0 +1,40 @@
+"""`mthreads-webhook cards`: the cluster's cards at a glance, read from the API server alone."""
+
+from __future__ import annotations
+
+import sys
+
+from ..config import Config
+from ..startup import StartupError
+from . import cards_report
+
+
+def add_parser(subparsers, kubeconfig_help: str) -> None:
+    c = subparsers.add_parser("cards", help="show each card's use and pods, and the pending pods")
+    c.add_argument("--kubeconfig", help=kubeconfig_help)
+    c.add_argument("--config", help="config file, for other resource names (default: all defaults)")
+    c.add_argument("--node", help="only this node's cards")
+    c.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
+def _list(api, path: str, query: dict | None = None) -> list[dict]:
+    from ..kube.api import ApiError
+    try:
+        reply = api.call("GET", path, query)
+    except ApiError as e:
+        raise StartupError(f"cards: cannot reach the API server: {e}") from None
+    if not reply.ok:
+        raise StartupError(f"cards: GET {path}: {reply.message()}")
+    return (reply.body or {}).get("items") or []
+
+
+def run(config: Config, kubeconfig: str | None, node: str | None, output: str) -> int:
+    """Print the report; `kubeconfig` as kubeconfig.find_cluster found it (None: in-cluster)."""
+    from ..kube.api import Api, make_api_client
+    api = Api(make_api_client(kubeconfig, connections=1))
+    nodes = _list(api, "/api/v1/nodes")
+    pods = _list(api, "/api/v1/pods")
+    events = _list(api, "/api/v1/events", {"fieldSelector": "reason=FailedScheduling"})
+    r = cards_report.report(nodes, pods, events, config.mthreads, node)
+    sys.stdout.write(cards_report.as_json(r) if output == "json" else cards_report.table(r))
+    return 0

@@ -1,0 +1,144 @@
+"""`mthreads-webhook cards`, the pure part: from nodes, pods and events to a table or JSON.
+
+One line per card (node, card id, model, memory and cores used of total, its pods), then the
+pending Mthreads pods with their FailedScheduling reason. Read with the allocator's own
+decoding (inventory.node_cards, fleet.bound_pod), so the figures are the allocator's.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+
+from ..scheduling.inventory import node_cards
+from ..cards import CORES_PER_CARD
+from ..config import MthreadsConfig
+from ..pods import is_mthreads_pod, resource_names
+from .fleet import CardView, bound_pod, card_views
+
+WIDTH = 80
+TERMINAL = ("Succeeded", "Failed")  # such pods hold no card (the caches never list them)
+NO_REASON = "not decided yet (is the allocator running?)"
+
+
+@dataclass(frozen=True)
+class Pending:
+    pod: str  # namespace/name
+    reason: str
+
+
+@dataclass(frozen=True)
+class Report:
+    cards: list[CardView]
+    pending: list[Pending]
+    problems: list[tuple[str, str]]  # (node, why its capacity cannot be read as cards)
+
+
+def report(nodes: list[dict], pods: list[dict], events: list[dict], mt: MthreadsConfig,
+           node: str | None = None) -> Report:
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL]
+    read = [(n["metadata"]["name"], node_cards(n, mt)) for n in nodes
+            if node is None or n["metadata"]["name"] == node]
+    held = [b for b in map(bound_pod, live) if b is not None]
+    problems = sorted((name, cards.problem) for name, cards in read if cards.problem)
+    return Report(card_views(read, held), _pending(live, events, mt), problems)
+
+
+def _pending(pods: list[dict], events: list[dict], mt: MthreadsConfig) -> list[Pending]:
+    latest: dict[str, tuple[str, str]] = {}  # pod uid -> (time, message) of its last event
+    for e in events:
+        if e.get("reason") != "FailedScheduling":
+            continue
+        uid = (e.get("involvedObject") or {}).get("uid", "")
+        at = e.get("lastTimestamp") or e.get("eventTime") or ""
+        if uid not in latest or at >= latest[uid][0]:
+            latest[uid] = (at, e.get("message") or "")
+    names = resource_names(mt)
+    out = []
+    for p in pods:
+        meta = p.get("metadata") or {}
+        if (p.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp") \
+                or not is_mthreads_pod(p, names):
+            continue
+        reason = latest.get(meta.get("uid", ""), ("", ""))[1] or _condition_message(p) or NO_REASON
+        out.append(Pending(f"{meta.get('namespace')}/{meta.get('name')}", reason))
+    return sorted(out, key=lambda x: x.pod)
+
+
+def _condition_message(pod: dict) -> str:
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return c.get("message") or c.get("reason") or ""
+    return ""
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:g}"
+
+
+def _row(v: CardView) -> list[str]:
+    return [v.node, v.card.id, v.card.model.name,
+            f"{_gib(v.memory_used_mib)}/{_gib(v.card.memory_mib)}Gi",
+            f"{v.cores_used}/{CORES_PER_CARD}", ", ".join(v.pods) or "-"]
+
+
+def _fit(text: str, width: int) -> str:
+    """Cut a list of pods to `width`, saying how many were left out."""
+    if len(text) <= width:
+        return text
+    names = text.split(", ")
+    for keep in range(len(names) - 1, 0, -1):
+        short = ", ".join(names[:keep]) + f" +{len(names) - keep}"
+        if len(short) <= width:
+            return short
+    return text[:max(width - 1, 1)] + "…"
+
+
+def table(r: Report, width: int = WIDTH) -> str:
+    lines = _card_lines([_row(v) for v in r.cards], width) if r.cards else ["no Mthreads cards found"]
+    for name, why in r.problems:
+        lines.append(f"node {name}: no usable cards: {why}")
+    lines.append("")
+    if r.pending:
+        lines.append(f"PENDING MTHREADS PODS ({len(r.pending)})")
+        for p in r.pending:
+            lines.extend(textwrap.wrap(f"{p.pod}: {p.reason}", width, subsequent_indent="    "))
+    else:
+        lines.append("no pending Mthreads pods")
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+MIN_PODS = 12  # columns left for the pods before the node column gives way
+
+
+def _card_lines(rows: list[list[str]], width: int) -> list[str]:
+    """The node once, on its first card; when long names leave the pods too little room the
+    node column is left out: the card id begins with the node's name. (Only card ids of more
+    than about 50 characters still make a line longer than `width`.)"""
+    head = ["NODE", "CARD", "MODEL", "MEMORY", "CORES", "PODS"]
+    widths = [max(len(x[i]) for x in [head] + rows) for i in range(5)]
+    first = 0 if width - sum(widths) - 2 * 5 >= MIN_PODS else 1
+    room = max(width - sum(widths[first:]) - 2 * (5 - first), MIN_PODS)
+    lines, last_node = [], None
+    for i, x in enumerate([head] + rows):
+        cells = list(x)
+        if i and cells[0] == last_node:
+            cells[0] = ""
+        elif i:
+            last_node = x[0]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells[first:5], widths[first:]))
+                     + "  " + _fit(cells[5], room))
+    return lines
+
+
+def as_json(r: Report) -> str:
+    return json.dumps({
+        "cards": [{"node": v.node, "card": v.card.id, "index": v.card.index,
+                   "model": v.card.model.name,
+                   "memoryUsedMiB": v.memory_used_mib, "memoryTotalMiB": v.card.memory_mib,
+                   "coresUsed": v.cores_used, "coresTotal": CORES_PER_CARD,
+                   "containers": v.containers, "pods": list(v.pods)} for v in r.cards],
+        "pending": [{"pod": p.pod, "reason": p.reason} for p in r.pending],
+        "problems": [{"node": n, "problem": why} for n, why in r.problems],
+    }, indent=2) + "\n"
