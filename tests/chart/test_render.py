@@ -235,3 +235,40 @@ def test_network_policy_admits_only_the_api_server_to_the_webhook_port():
     assert rule["from"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}, {"ipBlock": {"cidr": "192.0.2.0/24"}}]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]
     assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
+
+
+# --- monitoring -----------------------------------------------------------------------------
+
+MONITORING = CHART / "files" / "monitoring"
+
+
+def test_the_dashboard_configmap_carries_the_dashboard_file_for_grafanas_sidecar():
+    cm = one(render(), "ConfigMap", "hami-mthreads-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["data"]["mthreads-gpu-sharing.json"] == (MONITORING / "dashboard.json").read_text().rstrip("\n")
+    assert not [d for d in render("--set", "monitoring.dashboard.enabled=false")
+                if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hami-mthreads-dashboard"]
+
+
+@pytest.mark.parametrize("mode, placer, port", [("allocator", "allocator", "metrics"),
+                                                ("extender", "extender", "http")])
+def test_operator_objects_follow_the_rules_file_and_select_the_chart_pods(mode, placer, port):
+    assert not [d for d in render() if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    docs = render("--set", f"mode={mode}", "--set", "monitoring.prometheusRule.enabled=true",
+                  "--set", "monitoring.serviceMonitor.enabled=true")
+    rule = one(docs, "PrometheusRule", "hami-mthreads")
+    assert rule["spec"] == yaml.safe_load((MONITORING / "rules.yaml").read_text())
+    assert "{{ $labels.pod }}" in yaml.safe_dump(rule["spec"])  # Prometheus' templates untouched
+
+    monitor = one(docs, "ServiceMonitor", "hami-mthreads-webhook")["spec"]
+    service = one(docs, "Service", "mthreads-webhook")
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["endpoints"][0]["port"] in [p["name"] for p in service["spec"]["ports"]]
+    assert monitor["endpoints"][0]["tlsConfig"]["ca"]["secret"]["name"] == "mthreads-webhook-tls"
+
+    pods = one(docs, "PodMonitor", f"hami-mthreads-{placer}")["spec"]
+    template = next(d for d in docs if d["kind"] == "Deployment" and
+                    d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == placer)
+    assert pods["selector"]["matchLabels"].items() <= template["spec"]["template"]["metadata"]["labels"].items()
+    ports = [p["name"] for c in template["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])]
+    assert pods["podMetricsEndpoints"][0]["port"] == port and port in ports

@@ -16,7 +16,7 @@ from tests.harness.kube import free_ports
 from tests.harness.process import LoggedProcess
 
 REPO = Path(__file__).resolve().parents[2]
-MONITORING = REPO / "manifests" / "monitoring"
+MONITORING = REPO / "manifests" / "hami" / "files" / "monitoring"  # the chart ships them as they are
 
 
 @functools.cache

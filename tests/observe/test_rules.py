@@ -1,4 +1,4 @@
-"""manifests/monitoring/rules.yaml through Debian's promtool: valid, and every alert's fixtures."""
+"""manifests/hami/files/monitoring/rules.yaml through Debian's promtool: valid, and every alert's fixtures."""
 
 from __future__ import annotations
 
