@@ -155,11 +155,19 @@ def test_a_config_change_rolls_every_pod_that_reads_it(mode):
         assert before[name] != after[name], f"{name} would keep running the old config"
 
 
+def test_the_scheduler_deployment_keeps_its_selector_across_modes():
+    """A Deployment's selector cannot change: `helm upgrade --set mode=extender` (or back)
+    replaces the allocator's hami-scheduler with kube-scheduler's in place."""
+    selectors = {mode: one(render("--set", f"mode={mode}"), "Deployment", "hami-scheduler")["spec"]["selector"]
+                 for mode in ("allocator", "extender")}
+    assert selectors["allocator"] == selectors["extender"]
+
+
 def test_the_scheduler_deployment_is_named_as_the_document_restarts_it():
     for mode in ("allocator", "extender"):
         deploy = one(render("--set", f"mode={mode}"), "Deployment", "hami-scheduler")
-        component = deploy["metadata"]["labels"]["app.kubernetes.io/component"]
-        assert component == {"allocator": "allocator", "extender": "scheduler"}[mode]
+        (container,) = deploy["spec"]["template"]["spec"]["containers"]
+        assert container["name"] == {"allocator": "allocator", "extender": "kube-scheduler"}[mode]
 
 
 # --- certificates ---------------------------------------------------------------------------
@@ -250,9 +258,9 @@ def test_the_dashboard_configmap_carries_the_dashboard_file_for_grafanas_sidecar
                 if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hami-mthreads-dashboard"]
 
 
-@pytest.mark.parametrize("mode, placer, port", [("allocator", "allocator", "metrics"),
-                                                ("extender", "extender", "http")])
-def test_operator_objects_follow_the_rules_file_and_select_the_chart_pods(mode, placer, port):
+@pytest.mark.parametrize("mode, placer, component, port", [
+    ("allocator", "allocator", "scheduler", "metrics"), ("extender", "extender", "extender", "http")])
+def test_operator_objects_follow_the_rules_file_and_select_the_chart_pods(mode, placer, component, port):
     assert not [d for d in render() if d["apiVersion"].startswith("monitoring.coreos.com/")]
     docs = render("--set", f"mode={mode}", "--set", "monitoring.prometheusRule.enabled=true",
                   "--set", "monitoring.serviceMonitor.enabled=true")
@@ -268,7 +276,7 @@ def test_operator_objects_follow_the_rules_file_and_select_the_chart_pods(mode, 
 
     pods = one(docs, "PodMonitor", f"hami-mthreads-{placer}")["spec"]
     template = next(d for d in docs if d["kind"] == "Deployment" and
-                    d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == placer)
+                    d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == component)
     assert pods["selector"]["matchLabels"].items() <= template["spec"]["template"]["metadata"]["labels"].items()
     ports = [p["name"] for c in template["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])]
     assert pods["podMetricsEndpoints"][0]["port"] == port and port in ports

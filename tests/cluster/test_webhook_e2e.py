@@ -53,9 +53,24 @@ def webhook(kube_cluster, tmp_path_factory):
         server.stop()
 
 
+_NAMESPACES: list[str] = []  # made by this module's tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def delete_pods_afterwards(kube_cluster):
+    """The pods these tests create are Pending for hami-scheduler: left behind (no controller
+    finishes a namespace here), a later test's allocator would place them on its nodes."""
+    yield
+    for ns in _NAMESPACES:
+        kubectl(kube_cluster, ADMIN, "delete", "pods", "--all", "-n", ns, "--grace-period=0",
+                "--force", "--wait=false")
+    _NAMESPACES.clear()
+
+
 def new_namespace(cluster, grant_alice: bool = True) -> str:
     ns = f"e2e-{uuid.uuid4().hex[:8]}"
     assert kubectl(cluster, ADMIN, "create", "namespace", ns).returncode == 0
+    _NAMESPACES.append(ns)
     if grant_alice:
         # Alice edits pods in her namespace like a tenant; the allocator may create them here too,
         # so that only the webhook's rules stand between either of them and a forged allocation.
