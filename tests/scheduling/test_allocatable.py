@@ -109,4 +109,17 @@ def test_an_inconsistent_node_is_logged_once_per_change(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["node x: mthreads.com/sgpu-core=40 is not a multiple of 16; no Mthreads pod "
                      "goes there until its capacity reads as cards",
-                     "node x: its capacity reads as cards again"]
+                     "node x: its capacity reads as cards again",
+                     f"node x: now 2 cards of 96 units, allocatable {MEM}=192 {CORE}=32"]
+
+
+def test_a_change_of_cards_or_allocatable_is_logged_once(caplog):
+    state = ClusterState(MthreadsConfig())
+    with caplog.at_level(logging.INFO, logger="webhook.scheduling.state"):
+        state.set_node(mt_node("n", 2, 96))  # first sight (a list): no line per node
+        state.set_node(mt_node("n", 2, 96, allocatable={MEM: "96", CORE: "16"}))
+        state.set_node(mt_node("n", 2, 96, allocatable={MEM: "96", CORE: "16"}))  # a heartbeat
+        state.set_node(mt_node("n", 0, capacity={MEM: "0", CORE: "0"}))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"node n: now 2 cards of 96 units, allocatable {MEM}=96 {CORE}=16",
+        f"node n: now no cards, allocatable {MEM}=0 {CORE}=0"]

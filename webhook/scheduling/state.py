@@ -119,6 +119,8 @@ class ClusterState:
                         device_allocatable(node, self.names))
         self.nodes[name] = info
         _log_problem(name, old.cards.problem if old else None, info.cards.problem)
+        if old is not None and _devices_text(old, self.names) != _devices_text(info, self.names):
+            log.info("node %s: now %s", name, _devices_text(info, self.names))
         self._reindex(name)
         if old is None or _fingerprint(old.obj) != _fingerprint(node):
             self.generation += 1  # heartbeats that change nothing a decision reads retry nothing
@@ -235,6 +237,15 @@ def _log_problem(node: str, old: str | None, new: str | None) -> None:
                     node, new)
     elif old and not new:
         log.info("node %s: its capacity reads as cards again", node)
+
+
+def _devices_text(info: NodeInfo, names: tuple[str, str, str]) -> str:
+    """What a node offers Mthreads pods, for the log line of a change (a device plugin
+    restarting, a card reported unhealthy): `2 cards of 96 units, allocatable mthreads.com/..."""
+    cards = info.cards.cards
+    offer = f"{len(cards)} cards of {cards[0].model.units} units" if cards else "no cards"
+    listed = [f"{n}={v}" for n, v in zip(names, info.device_limits) if v is not None]
+    return f"{offer}, allocatable {' '.join(listed) or 'none listed'}"
 
 
 def _fingerprint(node: dict) -> tuple:
