@@ -55,9 +55,13 @@ def cpu_milli(raw) -> int:
     return _ceil(q * 1000) if q is not None and q > 0 else 0
 
 
-def memory_bytes(raw) -> int:
+def whole_units(raw) -> int:
+    """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
     q = quantity(raw)
     return _ceil(q) if q is not None and q > 0 else 0
+
+
+memory_bytes = whole_units
 
 
 def _container_requests(c: dict) -> Resources:
@@ -114,16 +118,11 @@ class Devices:
 NO_DEVICES = Devices()
 
 
-def _amount(raw) -> int:
-    q = quantity(raw)
-    return _ceil(q) if q is not None and q > 0 else 0
-
-
 def _container_devices(c: dict, names: tuple[str, str, str]) -> tuple[int, ...]:
     res = c.get("resources") if isinstance(c, dict) else None
     req = (res or {}).get("requests") or {}
     lim = (res or {}).get("limits") or {}  # an extended resource's request defaults to its limit
-    return tuple(_amount(req.get(n, lim.get(n))) for n in names)
+    return tuple(whole_units(req.get(n, lim.get(n))) for n in names)
 
 
 def device_requests(pod: dict, names: tuple[str, str, str]) -> Devices:
@@ -138,7 +137,7 @@ def device_requests(pod: dict, names: tuple[str, str, str]) -> Devices:
         for i, v in enumerate(_container_devices(c, names)):
             app[i] = max(app[i], v)
     overhead = spec.get("overhead") or {}
-    return Devices(*(a + _amount(overhead.get(n)) for a, n in zip(app, names)))
+    return Devices(*(a + whole_units(overhead.get(n)) for a, n in zip(app, names)))
 
 
 DeviceLimits = tuple  # (count, memory, cores): int, or None where allocatable does not list it
