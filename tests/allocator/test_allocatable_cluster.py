@@ -145,8 +145,8 @@ def test_capacity_growing_and_shrinking_under_load(admin, fleet, namespace, star
         wait_for(lambda: change_seen(alloc, node, seen), 30, what=f"the allocator seeing {cards} cards")
         pods = list_pods(admin, namespace)
         before = {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")}
-        running = sorted(n for n in before if (next(p for p in pods if p["metadata"]["name"] == n)
-                                                ["status"].get("phase") == "Pending"))
+        running = sorted(p["metadata"]["name"] for p in pods
+                         if p["spec"].get("nodeName") and p["status"].get("phase") == "Pending")
         for n in rng.sample(running, min(2, len(running))):
             end_pod(admin, namespace, n, rng.choice(["Succeeded", "Failed"]))
         names = []
