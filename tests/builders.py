@@ -98,16 +98,19 @@ _n = itertools.count()
 
 def mt_node(name: str, cards: int = 2, units: int = 96, *, ready: bool = True, cpu: str = "32",
             memory: str = "128Gi", pods: str = "110", labels: dict | None = None,
-            taints: list | None = None, unschedulable: bool = False, capacity: dict | None = None) -> dict:
+            taints: list | None = None, unschedulable: bool = False, capacity: dict | None = None,
+            allocatable: dict | None = None) -> dict:
+    """`allocatable`: keys that differ from capacity (None as a value: not listed at all)."""
     res = {"cpu": cpu, "memory": memory, "pods": pods}
     if cards:
         res.update({"mthreads.com/sgpu-core": str(16 * cards),
                     "mthreads.com/sgpu-memory": str(units * cards)})
     if capacity is not None:
         res = capacity
+    alloc = {k: v for k, v in {**res, **(allocatable or {})}.items() if v is not None}
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
             "spec": {"taints": taints or [], "unschedulable": unschedulable},
-            "status": {"capacity": res, "allocatable": res,
+            "status": {"capacity": res, "allocatable": alloc,
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 

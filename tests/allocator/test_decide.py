@@ -33,6 +33,16 @@ def bound_pod(node, devices_text, **kw):
     return pod(plain(), node=node, annotations={keys.ALLOCATED: devices_text}, phase="Running", **kw)
 
 
+def bound_slice(node, card, units, cores=None, **kw):
+    """A running pod as the allocator bound it: its slice's requests and its allocation."""
+    return pod(slice_(units, cores), node=node, phase="Running", annotations={
+        keys.ALLOCATED: f"{node}-mthreads-{card},Mthreads,{units * 512},{cores or 0}:;"}, **kw)
+
+
+VGPU, MEM, CORE = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
+ONE_CARD_DOWN = {MEM: "96", CORE: "16"}  # 2 S4000 cards, the device plugin reports one healthy
+
+
 S4 = lambda name="s4", **kw: mt_node(name, 2, 96, **kw)  # noqa: E731
 S5 = lambda name="s5", **kw: mt_node(name, 2, 160, **kw)  # noqa: E731
 TOL_ALL = {"tolerations": [{"operator": "Exists"}]}
@@ -68,8 +78,18 @@ TOL_ALL = {"tolerations": [{"operator": "Exists"}]}
      [pod(plain(), node="s4")], reasons.TOO_MANY_PODS),
     ("no cards", pod(slice_(8, 4)), [mt_node("cpu", 0)], [], reasons.NO_DEVICE),
     ("fewer cards than asked", pod(whole(3)), [S4()], [], reasons.NO_DEVICE),
-    ("inconsistent capacity", pod(slice_(8, 4)), [mt_node("x", capacity={
-        "mthreads.com/sgpu-core": "24", "mthreads.com/sgpu-memory": "96"})], [], reasons.INCONSISTENT),
+    ("allocatable memory: one of two cards down", pod(slice_(8, 2)), [S4(allocatable=ONE_CARD_DOWN)],
+     [bound_slice("s4", 0, 64, 4), bound_slice("s4", 1, 32, 4)], reasons.insufficient(MEM)),
+    ("allocatable cores", pod(slice_(8, 4)), [S4(allocatable={CORE: "10"})],
+     [bound_slice("s4", 0, 8, 8)], reasons.insufficient(CORE)),
+    ("allocatable count", pod(slice_(8, 4)), [S4(allocatable={VGPU: "1"})],
+     [bound_slice("s4", 0, 8, 4)], reasons.insufficient(VGPU)),
+    ("allocatable 0: the device plugin restarting", pod(slice_(2)),
+     [S4(allocatable={MEM: "0", CORE: "0"})], [], reasons.insufficient(MEM)),
+    ("a whole card beyond allocatable", pod(whole(1)), [S4(allocatable=ONE_CARD_DOWN)],
+     [bound_slice("s4", 0, 96, 16)], reasons.insufficient(MEM)),
+    ("a pod not placed by the allocator counts too", pod(slice_(8)), [S4(allocatable=ONE_CARD_DOWN)],
+     [pod(slice_(92), node="s4", phase="Running")], reasons.insufficient(MEM)),
     ("96 only on S4000", pod(slice_(96)), [S5()], [], reasons.TYPE_MISMATCH),
     ("128 only on S5000", pod(slice_(128)), [S4()], [], reasons.TYPE_MISMATCH),
     ("card-model annotation", pod(slice_(8), annotations={keys.CARD_MODEL: "MTT-S5000"}), [S4()], [],
@@ -106,6 +126,63 @@ def test_reason(case, p, nodes, bound, reason):
     assert isinstance(got, NoFit), case
     assert got.rejected == {reason: 1}, case
     assert got.message == f"0/1 nodes are available: 1 {reason}."
+
+
+@pytest.mark.parametrize("capacity, why", [
+    ({CORE: "24", MEM: "96"}, "mthreads.com/sgpu-core=24 is not a multiple of 16"),
+    ({CORE: "32", MEM: "95"}, "mthreads.com/sgpu-memory=95 does not divide into 2 cards"),
+    ({CORE: "16", MEM: "1"}, "1 units per card is less than the smallest slice (2)"),
+])
+def test_a_node_whose_capacity_is_not_cards_is_named_with_why(capacity, why):
+    got = place(pod(slice_(8, 4)), [S4("ok", allocatable={MEM: "0"}), mt_node("x", capacity=capacity)])
+    assert got.rejected == {reasons.INCONSISTENT: 1, reasons.insufficient(MEM): 1}
+    assert got.message == (f"0/2 nodes are available: 1 Insufficient {MEM}, "
+                           f"1 NodeCardsInconsistent (x: {why}).")
+
+
+def test_many_inconsistent_nodes_are_named_up_to_three():
+    bad = [mt_node(f"x{i}", capacity={CORE: "8", MEM: "8"}) for i in range(5)]
+    got = place(pod(slice_(8)), bad)
+    why = "mthreads.com/sgpu-core=8 is not a multiple of 16"
+    assert got.message == (f"0/5 nodes are available: 5 NodeCardsInconsistent (x0: {why}; "
+                           f"x1: {why}; x2: {why}; 2 more).")
+
+
+@pytest.mark.parametrize("case, p, node, bound, allocated", [
+    ("allocatable not listing a resource bounds nothing", pod(slice_(8, 4, name="a")),
+     S4(allocatable={MEM: None, CORE: None}), [bound_slice("s4", 0, 96, 16)],
+     "s4-mthreads-1,Mthreads,4096,4:;"),
+    ("room left under lowered allocatable", pod(slice_(32, 8, name="a")),
+     S4(allocatable=ONE_CARD_DOWN), [bound_slice("s4", 0, 64, 8)], "s4-mthreads-1,Mthreads,16384,8:;"),
+    ("cores not requested are not bounded", pod(slice_(8, name="a")), S4(allocatable={CORE: "0"}),
+     [], "s4-mthreads-0,Mthreads,4096,0:;"),
+    # the kubelet counts an init container's request as max with the app's, not added to it
+    ("init slices as the kubelet counts them", pod(slice_(16, name="a"), init=(slice_(32, name="i"),)),
+     S4(allocatable={MEM: "40"}), [], "s4-mthreads-0,Mthreads,16384,0:;s4-mthreads-0,Mthreads,8192,0:;"),
+])
+def test_placed_within_allocatable(case, p, node, bound, allocated):
+    got = place(p, [node], bound)
+    assert isinstance(got, Placement), (case, getattr(got, "message", None))
+    assert encode(got.devices) == allocated, case
+
+
+def test_allocatable_under_what_is_bound_evicts_nothing_and_takes_nothing_new():
+    """A card failed under running pods: allocatable drops below the requests already bound.
+    Those pods keep their cards (nothing is removed); nothing new goes there until there is room
+    again; plain pods still do (they request none of it)."""
+    state = ClusterState(MT)
+    running = [bound_slice("s4", 0, 64, 8), bound_slice("s4", 1, 64, 8)]
+    state.set_node(S4())
+    for b in running:
+        state.add(share_of(b))
+    state.set_node(S4(allocatable=ONE_CARD_DOWN))
+    assert set(state.shares) == {b["metadata"]["uid"] for b in running}
+    slice_pod = pod(slice_(2))
+    assert decide(slice_pod, read_request(slice_pod, MT, FLEET), state, CONFIG).rejected == {
+        reasons.insufficient(MEM): 1}
+    assert isinstance(decide(pod(plain(cpu="1")), None, state, CONFIG), Placement)
+    state.remove(running[0]["metadata"]["uid"])  # one pod ends: 64 of the 96 allocatable held
+    assert isinstance(decide(slice_pod, read_request(slice_pod, MT, FLEET), state, CONFIG), Placement)
 
 
 def test_reasons_are_counted():
@@ -206,8 +283,28 @@ class _Poisoned(dict):
         raise AssertionError(f"a decision read the pods table ({name})")
 
 
-def full_scan(p, request, state, config):
-    """The decision as SPEC 4 states it: every node checked, the policy's best of those that fit."""
+def requested(p, resource):
+    """The test's own reading of a pod's request of one resource (the webhook writes plain
+    integers into limits and requests), summed as the kubelet does: max(app sum, max init)."""
+    def value(c):
+        return int(((c.get("resources") or {}).get("requests") or {}).get(resource, 0))
+    spec = p["spec"]
+    return max([sum(value(c) for c in spec["containers"])] +
+               [value(c) for c in spec.get("initContainers") or ()])
+
+
+def within_allocatable(p, node, pods_on_node):
+    alloc = node["status"]["allocatable"]
+    for r in (VGPU, MEM, CORE):
+        want = requested(p, r)
+        if want and r in alloc and sum(requested(q, r) for q in pods_on_node) + want > int(alloc[r]):
+            return False
+    return True
+
+
+def full_scan(p, request, state, config, held=None):
+    """The decision as SPEC 4 states it: every node checked, the policy's best of those that fit.
+    `held`: uid -> bound pod, for the test's own sums against allocatable."""
     from webhook.scheduling.card_fit import card_ids, fit_cards, need_of
     from webhook.scheduling.node_fit import node_reason
     from webhook.scheduling.resources import pod_requests
@@ -220,6 +317,9 @@ def full_scan(p, request, state, config):
         if node_reason(p["spec"], info.obj, info.allocatable, state.requested_on(info.name),
                        pod_requests(p)):
             continue
+        on_node = [q for q in (held or {}).values() if q["spec"]["nodeName"] == info.name]
+        if not within_allocatable(p, info.obj, on_node):
+            continue
         reason, cards = fit_cards(need, info.cards, state.card, state.node_held_whole(info.name),
                                   gpu_policy)
         if reason is None:
@@ -231,27 +331,42 @@ def full_scan(p, request, state, config):
     return node.name, tuple(c.id for c in chosen[node.name])
 
 
+def lowered(rng, cards, units):
+    """A random allocatable below capacity (some cards reported unhealthy), or none lowered."""
+    down = rng.choice([0, 0, 1, cards])
+    return rng.choice([{}, {MEM: str(units * (cards - down)), CORE: str(16 * (cards - down))},
+                       {MEM: str(units * (cards - down))}, {CORE: str(16 * (cards - down))},
+                       {VGPU: str(rng.choice([1, 3, 8]))}, {MEM: None, CORE: None}])
+
+
 @pytest.mark.parametrize("node_policy, gpu_policy", [("binpack", "spread"), ("spread", "binpack"),
                                                      ("binpack", "binpack"), ("spread", "spread")])
 def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_policy):
     """decide() tries nodes in the policy's order and stops at the first fit; over a random fill
-    with some pods leaving again, every choice is the one a scan of all nodes makes."""
+    with some pods leaving again, and nodes whose allocatable is lowered and restored as it
+    goes, every choice is the one a scan of all nodes makes, and no node's allocatable is
+    exceeded by a pod placed under it."""
     import random
     rng = random.Random(7)
     config = Config(mthreads=MT, allocator=AllocatorConfig(node_policy=node_policy, gpu_policy=gpu_policy))
     state = ClusterState(MT)
-    for i in range(12):
-        state.set_node(mt_node(f"n{i}", rng.choice([2, 4]), rng.choice([96, 160])))
-    placed = refused = 0
-    held = []
-    for _ in range(250):
+    shapes = {f"n{i}": (rng.choice([2, 4]), rng.choice([96, 160])) for i in range(12)}
+    for name, (cards, units) in shapes.items():
+        state.set_node(mt_node(name, cards, units, allocatable=lowered(rng, cards, units)))
+    placed = refused = bounded = 0
+    held = {}
+    for _ in range(400):
         if held and rng.random() < 0.15:
-            state.remove(held.pop(rng.randrange(len(held))))
+            del held[state.remove(rng.choice(list(held))).uid]
+        if rng.random() < 0.05:  # a device plugin reports a card unhealthy, or healthy again
+            name = rng.choice(list(shapes))
+            state.set_node(mt_node(name, *shapes[name], allocatable=lowered(rng, *shapes[name])))
         c = rng.choice([slice_(rng.choice([2, 8, 16, 32, 64]), rng.choice([None, 2, 4, 8])),
                         slice_(rng.choice([96, 128])), whole(rng.choice([1, 2]), rng.choice([96, 160]))])
         p = pod(c)
         request = read_request(p, MT, FLEET)
-        expected = full_scan(p, request, state, config)
+        expected = full_scan(p, request, state, config, held)
+        bounded += expected != full_scan(p, request, state, config)  # the cards alone
         result = decide(p, request, state, config)
         if expected is None:
             assert isinstance(result, NoFit)
@@ -260,6 +375,7 @@ def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_po
         assert isinstance(result, Placement)
         assert (result.node, tuple(dict.fromkeys(d.card for ds in result.devices for d in ds))) == expected
         state.add(result.share)
-        held.append(result.share.uid)
+        held[result.share.uid] = {**p, "spec": {**p["spec"], "nodeName": result.node}}
         placed += 1
     assert placed >= 30 and refused >= 30  # the fleet filled up: both paths were taken
+    assert bounded >= 20  # allocatable, not the cards, decided that often

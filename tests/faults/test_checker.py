@@ -99,3 +99,47 @@ def test_wrong_index_phase_unbound_allocation_scattered_slices_and_model_are_see
     assert "u: unbound but allocated" in text
     assert "s: slices over several cards" in text
     assert "m: 96 units not on an S4000" in text
+
+
+def _requesting(name: str, node: str | None, memory: int, cores: int = 0, phase: str = "Running",
+                init_memory: int = 0) -> dict:
+    req = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": str(memory),
+           "mthreads.com/sgpu-core": str(cores)}
+    spec = {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": req}}]}
+    if init_memory:
+        spec["initContainers"] = [{"name": "i", "resources": {
+            "requests": {"mthreads.com/sgpu-memory": str(init_memory)}}}]
+    return {"metadata": {"name": name}, "spec": spec, "status": {"phase": phase}}
+
+
+def _node(name: str, **alloc) -> dict:
+    return {"metadata": {"name": name}, "status": {"allocatable": {
+        f"mthreads.com/{k.replace('_', '-')}": str(v) for k, v in alloc.items()}}}
+
+
+def test_allocatable_exceeded_is_seen_and_ended_pods_hold_nothing():
+    from tests.harness.invariants import allocatable_problems
+    nodes = [_node("n1", sgpu_memory=96, sgpu_core=16, vgpu=2)]
+    ok = [_requesting("a", "n1", 64, 8), _requesting("b", "n1", 32, 8),
+          _requesting("done", "n1", 96, 16, phase="Succeeded"), _requesting("pending", None, 96)]
+    totals, problems = allocatable_problems(ok, nodes)
+    assert problems == [] and totals["n1"] == {
+        "mthreads.com/vgpu": 2, "mthreads.com/sgpu-memory": 96, "mthreads.com/sgpu-core": 16}
+    over = ok + [_requesting("c", "n1", 2, 1)]
+    assert allocatable_problems(over, nodes)[1] == [
+        "n1: mthreads.com/vgpu 3 requested > allocatable 2",
+        "n1: mthreads.com/sgpu-memory 98 requested > allocatable 96",
+        "n1: mthreads.com/sgpu-core 17 requested > allocatable 16"]
+    # init containers count as the kubelet counts them: max with the app sum
+    assert allocatable_problems([_requesting("i", "n1", 8, init_memory=96)], nodes)[1] == []
+    assert allocatable_problems([_requesting("i", "n1", 8, init_memory=97)], nodes)[1] == [
+        "n1: mthreads.com/sgpu-memory 97 requested > allocatable 96"]
+
+
+def test_allocatable_below_pods_bound_before_is_held_only_once_a_pod_is_bound_since():
+    from tests.harness.invariants import allocatable_problems
+    nodes = [_node("n1", sgpu_memory=32)]
+    before = [_requesting("a", "n1", 64)]
+    assert allocatable_problems(before, nodes, bound_before={"a"})[1] == []
+    assert allocatable_problems(before + [_requesting("b", "n1", 2)], nodes, bound_before={"a"})[1] == [
+        "n1: mthreads.com/sgpu-memory 66 requested > allocatable 32"]

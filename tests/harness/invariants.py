@@ -1,6 +1,8 @@
 """The one invariant checker of the tests: an independent reader of the allocation annotations
-(its own few lines, not webhook.hami) and the rules every state of the cluster must satisfy.
-The allocator's, the extender's and the fault tests use it."""
+(its own few lines, not webhook.hami) and the rules every state of the cluster must satisfy:
+no card over-committed (`check`), and no node's allocatable exceeded by the requests of its
+pods as the kubelet sums them (`check_allocatable`). Pods that ended (Succeeded, Failed) hold
+nothing. The allocator's, the extender's and the fault tests use it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,12 @@ ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 S4000_MIB, S5000_MIB = 96 * 512, 160 * 512
 CORES = 16
 BIND_PHASES = ("allocating", "success", "failed")  # the allocator writes the first; a device plugin the others
+RESOURCES = ("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
+ENDED = ("Succeeded", "Failed")
+
+
+def ended(pod: dict) -> bool:
+    return (pod.get("status") or {}).get("phase") in ENDED
 
 
 def entries(text: str) -> list[list[tuple[str, int, int]]]:
@@ -45,6 +53,8 @@ def card_problems(pods: list[dict], capacity_mib: dict[str, int],
         meta, spec = p["metadata"], p.get("spec") or {}
         ann = meta.get("annotations") or {}
         node, text, who = spec.get("nodeName"), ann.get(ALLOCATED), meta["name"]
+        if node and ended(p):
+            continue  # its containers have stopped: its cards are free for the next
         if not node:
             if text is not None:
                 problems.append(f"{who}: unbound but allocated {text}")
@@ -116,5 +126,54 @@ def card_problems(pods: list[dict], capacity_mib: dict[str, int],
 def check(pods: list[dict], capacity_mib: dict[str, int]) -> dict[str, list[int]]:
     """card id -> [MiB, cores, holders, whole holders]; AssertionError naming every breach."""
     totals, problems = card_problems(pods, capacity_mib)
+    assert not problems, "; ".join(problems[:20])
+    return totals
+
+
+def requested(pod: dict, resource: str) -> int:
+    """A pod's request of one resource as the kubelet sums it: max(app sum, max init); a
+    missing request is the limit (the API server's defaulting)."""
+    def value(c: dict) -> int:
+        res = c.get("resources") or {}
+        return int((res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource, 0)))
+    spec = pod.get("spec") or {}
+    return max([sum(value(c) for c in spec.get("containers") or ())] +
+               [value(c) for c in spec.get("initContainers") or ()])
+
+
+def allocatable_problems(pods: list[dict], nodes: list[dict],
+                         bound_before: set[str] | None = None) -> tuple[dict, list[str]]:
+    """(node -> {resource: requested}, the nodes over their allocatable, in words).
+
+    `bound_before`: the names of the pods bound before the nodes took their present
+    allocatable; a node is then held to it only if a pod was bound there since (a card that
+    fails under running pods lowers allocatable below them, and nothing is evicted)."""
+    totals: dict[str, dict[str, int]] = {}
+    fresh: set[str] = set()
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if not node or ended(p):
+            continue
+        t = totals.setdefault(node, dict.fromkeys(RESOURCES, 0))
+        for r in RESOURCES:
+            t[r] += requested(p, r)
+        if bound_before is not None and p["metadata"]["name"] not in bound_before:
+            fresh.add(node)
+    problems = []
+    for n in nodes:
+        name, alloc = n["metadata"]["name"], (n.get("status") or {}).get("allocatable") or {}
+        if bound_before is not None and name not in fresh:
+            continue
+        for r in RESOURCES:
+            have = totals.get(name, {}).get(r, 0)
+            if r in alloc and have > int(alloc[r]):
+                problems.append(f"{name}: {r} {have} requested > allocatable {alloc[r]}")
+    return totals, problems
+
+
+def check_allocatable(pods: list[dict], nodes: list[dict],
+                      bound_before: set[str] | None = None) -> dict[str, dict[str, int]]:
+    """node -> {resource: requested}; AssertionError naming every node over its allocatable."""
+    totals, problems = allocatable_problems(pods, nodes, bound_before)
     assert not problems, "; ".join(problems[:20])
     return totals

@@ -383,6 +383,47 @@ def set_node_ready(
     return core.patch_node_status(name, {"status": {"conditions": [_ready_condition(ready)]}})
 
 
+def set_node_resources(api_client: kubernetes.client.ApiClient, name: str, capacity: dict | None = None,
+                       allocatable: dict | None = None) -> kubernetes.client.V1Node:
+    """Change a fake node's capacity and allocatable as a device plugin's kubelet would (a merge
+    patch of the status: keys given are set, a None value removes the key)."""
+    status = {k: v for k, v in (("capacity", capacity), ("allocatable", allocatable)) if v is not None}
+    return kubernetes.client.CoreV1Api(api_client).patch_node_status(name, {"status": status})
+
+
+def read_node(api_client: kubernetes.client.ApiClient, name: str) -> dict:
+    """A node as plain JSON (for the invariant checker)."""
+    resp = kubernetes.client.CoreV1Api(api_client).read_node(name, _preload_content=False)
+    return json.loads(resp.data)
+
+
+def mthreads_resources(cards: int, units: int, count: int | None = None) -> dict:
+    """The Mthreads resources of `cards` cards of `units` units (and the count resource, when
+    a device plugin lists it)."""
+    out = {"mthreads.com/sgpu-core": str(CORES_PER_CARD * cards),
+           "mthreads.com/sgpu-memory": str(units * cards)}
+    if count is not None:
+        out["mthreads.com/vgpu"] = str(count)
+    return out
+
+
+def end_pod(api_client: kubernetes.client.ApiClient, namespace: str, name: str,
+            phase: str = "Succeeded") -> None:
+    """Write a pod's end as its kubelet does: the status subresource, with the phase and the
+    containers' terminated states."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    core = kubernetes.client.CoreV1Api(api_client)
+    pod = core.read_namespaced_pod(name, namespace)
+    code = 0 if phase == "Succeeded" else 1
+    statuses = [{"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                          "startedAt": now, "finishedAt": now}}}
+                for c in pod.spec.containers]
+    core.patch_namespaced_pod_status(name, namespace, {"status": {
+        "phase": phase, "containerStatuses": statuses,
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]}})
+
+
 class FakeFleet:
     """Fake nodes for one test, named `<tag>-<n>`; `delete()` removes them afterwards."""
 

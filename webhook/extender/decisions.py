@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..config import Config
 from ..pods import Kind
-from ..scheduling.card_fit import fit_cards
+from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, placement
 from ..scheduling.inventory import Card
 from ..scheduling.resources import pod_requests
@@ -34,7 +34,8 @@ def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     if ask.need is None:
         return None, ()
     _, gpu_policy = policies(pod, config)
-    return fit_cards(ask.need, info.cards, state.card, state.node_held_whole(node), gpu_policy)
+    reason, cards = fit_node(ask.need, ask.devices, info, state, gpu_policy)
+    return for_node(reason, info), cards
 
 
 def filter_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
@@ -74,4 +75,4 @@ def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     reason, cards = cards_on(pod, ask, node, state, config)
     if reason is not None:
         return reason
-    return placement(pod, ask.request, node, cards, pod_requests(pod))
+    return placement(pod, ask.request, node, cards, pod_requests(pod), ask.devices)

@@ -29,6 +29,7 @@ from .state import ClusterState
 log = logging.getLogger(__name__)
 
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # the pods a cache lists and watches
+TERMINAL = ("Succeeded", "Failed")
 
 
 def uid_of(pod: dict) -> str:
@@ -100,12 +101,17 @@ class PodCache:
 
     def seen(self, pod: dict) -> None:
         uid = uid_of(pod)
+        if (pod.get("status") or {}).get("phase") in TERMINAL:
+            # its containers have stopped: it holds nothing (the kubelet counts it no more),
+            # whether the watch shows the change or, for LIVE_PODS, its removal
+            self.gone(uid)
+            return
         if is_bound(pod):
             self.pending.pop(uid, None)
             self.assumed.pop(uid, None)
             self.uncertain.pop(uid, None)
             self.on_settled(uid)
-            share = share_of(pod)
+            share = share_of(pod, self.state.names)
             if share.problem and uid not in self.warned:
                 self.warned.add(uid)
                 log.warning("pod %s: %s; counting %s as fully used", name_of(pod), share.problem,

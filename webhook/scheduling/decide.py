@@ -14,10 +14,11 @@ from ..config import Config
 from ..hami import Device
 from ..pods import Kind, PodRequest
 from . import reasons
+from .allocatable import fit_node, fits_allocatable
 from .card_fit import CardNeed, card_ids, fit_cards, least_card, may_fit, need_of
 from .inventory import Card
 from .node_fit import node_reason
-from .resources import pod_requests
+from .resources import NO_DEVICES, Devices, device_requests, pod_requests
 from .score import best_node, policies
 from .shares import CardShare, PodShare
 from .state import ClusterState
@@ -50,32 +51,35 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
     elif need is None:
         ann = (pod.get("metadata") or {}).get("annotations") or {}
         need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))
+    devices = device_requests(pod, state.names) if need is not None else NO_DEVICES
     if need is not None:
-        fit = _first_fit(pod, request, spec, wants, need, state, node_policy, gpu_policy)
+        fit = _first_fit(pod, request, spec, wants, devices, need, state, node_policy, gpu_policy)
         if fit is not None:
             return fit
     # Nothing fits (or no cards are asked for): every node is read, for its reason.
     rejected: Counter = Counter()
+    named: dict[str, list[str]] = {}
     fitting, chosen = [], {}
     for info in state.nodes.values():
         reason = node_reason(spec, info.obj, info.allocatable, state.requested_on(info.name), wants)
         cards: tuple[Card, ...] = ()
         if reason is None and need is not None:
-            reason, cards = fit_cards(need, info.cards, state.card,
-                                      state.node_held_whole(info.name), gpu_policy)
+            reason, cards = fit_node(need, devices, info, state, gpu_policy)
         if reason is not None:
             rejected[reason] += 1
+            if reason == reasons.INCONSISTENT:
+                named.setdefault(reason, []).append(f"{info.name}: {info.cards.problem}")
             continue
         fitting.append(info)
         chosen[info.name] = cards
     if not fitting:
-        return NoFit(reasons.summary(len(state.nodes), rejected), rejected)
+        return NoFit(reasons.summary(len(state.nodes), rejected, named), rejected)
     node = best_node(fitting, state, kind, node_policy)
-    return placement(pod, request, node.name, chosen[node.name], wants)
+    return placement(pod, request, node.name, chosen[node.name], wants, devices)
 
 
-def _first_fit(pod, request, spec, wants, need, state: ClusterState, node_policy: str,
-               gpu_policy: str) -> Placement | None:
+def _first_fit(pod, request, spec, wants, devices: Devices, need, state: ClusterState,
+               node_policy: str, gpu_policy: str) -> Placement | None:
     """The nodes in the node policy's order: the first that fits is the one best_node picks,
     so most decisions read a few nodes instead of all of them."""
     for name in state.in_order(node_policy, *least_card(need)):
@@ -84,14 +88,18 @@ def _first_fit(pod, request, spec, wants, need, state: ClusterState, node_policy
         info = state.nodes[name]
         if node_reason(spec, info.obj, info.allocatable, state.requested_on(name), wants):
             continue
+        if not fits_allocatable(devices, info, state):  # the same test as fit_node's, sooner
+            continue
         reason, cards = fit_cards(need, info.cards, state.card, False, gpu_policy)
         if reason is None:
-            return placement(pod, request, name, cards, wants)
+            return placement(pod, request, name, cards, wants, devices)
     return None
 
 
 def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Card, ...],
-              wants) -> Placement:
+              wants, requested: Devices = NO_DEVICES) -> Placement:
+    """`requested`: the pod's requests of the Mthreads resources, counted against allocatable
+    from the moment the share is assumed."""
     uid = (pod.get("metadata") or {}).get("uid", "")
     devices: list[tuple[Device, ...]] = []
     if request is not None and request.kind is not Kind.NONE:
@@ -115,5 +123,6 @@ def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Car
             m[0] += d.memory_mib
             m[1] += d.cores
     share = PodShare(uid, node, wants,
-                     tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()))
+                     tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()),
+                     devices=requested)
     return Placement(node, tuple(devices), ",".join(str(i) for i in order), share)

@@ -17,6 +17,12 @@ INSUFFICIENT_CPU = "Insufficient cpu"
 INSUFFICIENT_MEMORY = "Insufficient memory"
 TOO_MANY_PODS = "Too many pods"
 
+
+def insufficient(resource: str) -> str:
+    """kube-scheduler's words for a request beyond allocatable: `Insufficient mthreads.com/vgpu`."""
+    return f"Insufficient {resource}"
+
+
 # Card-level (the node runs the pod but none of its cards can serve it).
 NO_DEVICE = "NodeInsufficientDevice"  # no Mthreads cards, or fewer than the pod asks for
 INCONSISTENT = "NodeCardsInconsistent"  # status.capacity cannot be read as cards
@@ -36,12 +42,30 @@ ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIE
 INVALID_REQUEST = "InvalidRequest"
 
 
-def summary(total_nodes: int, rejected: Counter) -> str:
+NAMED_AT_MOST = 3  # nodes named after a reason; the rest are counted
+
+
+def summary(total_nodes: int, rejected: Counter, named: dict[str, list[str]] | None = None) -> str:
     """`0/3 nodes are available: 2 CardInsufficientMemory, 1 node(s) were unschedulable.`
 
-    Most frequent reason first, then alphabetical, so the message is stable.
+    Most frequent reason first, then alphabetical, so the message is stable. `named`: for a
+    reason an operator must act on (a node whose capacity cannot be read), the nodes and why:
+    `1 NodeCardsInconsistent (n3: mthreads.com/sgpu-core=40 is not a multiple of 16)`.
     """
     if not rejected:
         return f"0/{total_nodes} nodes are available."
-    parts = [f"{n} {reason}" for reason, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0]))]
+    parts = []
+    for reason, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])):
+        which = sorted((named or {}).get(reason) or ())
+        if which:
+            more = len(which) - NAMED_AT_MOST
+            which = which[:NAMED_AT_MOST] + ([f"{more} more"] if more > 0 else [])
+            reason = f"{reason} ({'; '.join(which)})"
+        parts.append(f"{n} {reason}")
     return f"0/{total_nodes} nodes are available: {', '.join(parts)}."
+
+
+def inconsistent(node: str, problem: str) -> str:
+    """The one reason of a node whose capacity cannot be read as cards, naming it (the extender
+    answers per node; kube-scheduler counts the reasons as they are)."""
+    return f"{INCONSISTENT} ({node}: {problem})"

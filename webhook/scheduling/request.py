@@ -14,6 +14,7 @@ from ..config import Config
 from ..pods import InvalidRequest, Kind, PodRequest, is_mthreads_pod, read_request, resource_names
 from . import reasons
 from .card_fit import CardNeed, card_ids, need_of
+from .resources import NO_DEVICES, Devices, device_requests
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class PodAsk:
     request: PodRequest | None  # None: no Mthreads cards (or devices disabled)
     need: CardNeed | None  # None: no card to choose
     invalid: str | None = None  # why the pod breaks an admission rule, the whole message
+    devices: Devices = NO_DEVICES  # its requests of the three resources, against allocatable
 
 
 def request_of(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
@@ -36,4 +38,5 @@ def request_of(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
         return PodAsk(request, None)
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     return PodAsk(request, need_of(request, card_ids(ann.get(keys.USE_CARDS)),
-                                   card_ids(ann.get(keys.NOUSE_CARDS))))
+                                   card_ids(ann.get(keys.NOUSE_CARDS))),
+                  devices=device_requests(pod, resource_names(mt)))

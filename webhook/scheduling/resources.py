@@ -1,4 +1,5 @@
-"""cpu / memory / pods: what a pod requests and what a node can still take, as kube-scheduler counts."""
+"""cpu / memory / pods, and the three Mthreads resources: what a pod requests and what a node
+can still take, as kube-scheduler and the kubelet count them."""
 
 from __future__ import annotations
 
@@ -54,9 +55,13 @@ def cpu_milli(raw) -> int:
     return _ceil(q * 1000) if q is not None and q > 0 else 0
 
 
-def memory_bytes(raw) -> int:
+def whole_units(raw) -> int:
+    """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
     q = quantity(raw)
     return _ceil(q) if q is not None and q > 0 else 0
+
+
+memory_bytes = whole_units
 
 
 def _container_requests(c: dict) -> Resources:
@@ -89,3 +94,66 @@ def node_allocatable(node: dict) -> Resources:
     pods = quantity(alloc.get("pods"))
     return Resources(cpu_milli(alloc.get("cpu")), memory_bytes(alloc.get("memory")),
                      int(pods) if pods is not None else 110)
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Amounts of the three Mthreads resources (count, memory units, cores), in the order of
+    `pods.resource_names`."""
+
+    count: int = 0
+    memory: int = 0
+    cores: int = 0
+
+    def __add__(self, other: "Devices") -> "Devices":
+        return Devices(self.count + other.count, self.memory + other.memory, self.cores + other.cores)
+
+    def __sub__(self, other: "Devices") -> "Devices":
+        return Devices(self.count - other.count, self.memory - other.memory, self.cores - other.cores)
+
+    def __iter__(self):
+        return iter((self.count, self.memory, self.cores))
+
+
+NO_DEVICES = Devices()
+
+
+def _container_devices(c: dict, names: tuple[str, str, str]) -> tuple[int, ...]:
+    res = c.get("resources") if isinstance(c, dict) else None
+    req = (res or {}).get("requests") or {}
+    lim = (res or {}).get("limits") or {}  # an extended resource's request defaults to its limit
+    return tuple(whole_units(req.get(n, lim.get(n))) for n in names)
+
+
+def device_requests(pod: dict, names: tuple[str, str, str]) -> Devices:
+    """The pod's requests of the three resources as the kubelet admits a pod: max(sum of app
+    containers, max of init containers) + overhead, each resource on its own."""
+    spec = pod.get("spec") or {}
+    app = [0, 0, 0]
+    for c in spec.get("containers") or ():
+        for i, v in enumerate(_container_devices(c, names)):
+            app[i] += v
+    for c in spec.get("initContainers") or ():
+        for i, v in enumerate(_container_devices(c, names)):
+            app[i] = max(app[i], v)
+    overhead = spec.get("overhead") or {}
+    return Devices(*(a + whole_units(overhead.get(n)) for a, n in zip(app, names)))
+
+
+DeviceLimits = tuple  # (count, memory, cores): int, or None where allocatable does not list it
+
+
+def device_allocatable(node: dict, names: tuple[str, str, str]) -> DeviceLimits:
+    """What the kubelet admits of each resource: the node's allocatable (capacity when the
+    node reports no allocatable at all). A resource allocatable does not list is None: the
+    kubelet drops a request of an extended resource the node does not list, so it bounds
+    nothing (the cards, from capacity, still do)."""
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    return tuple(None if n not in alloc else _whole_or_zero(alloc[n]) for n in names)
+
+
+def _whole_or_zero(raw) -> int:
+    """An allocatable amount, rounded down (the kubelet compares whole units); 0 if unreadable."""
+    q = quantity(raw)
+    return int(q // 1) if q is not None and q > 0 else 0

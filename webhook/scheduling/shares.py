@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from .. import annotations as keys
 from ..hami import EncodingError, decode
-from .resources import Resources, pod_requests
+from ..config import MthreadsConfig
+from ..pods import resource_names
+from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,8 @@ class PodShare:
     resources: Resources
     cards: tuple[CardShare, ...] = ()
     whole_node: bool = False  # garbled allocation naming no card: every card of the node is held
+    # the Mthreads resources its containers request, as the kubelet sums them against allocatable
+    devices: Devices = NO_DEVICES
     problem: str | None = None  # why the annotation could not be read, for the log
 
 
@@ -42,15 +46,20 @@ def _meta(pod: dict) -> dict:
     return pod.get("metadata") or {}
 
 
-def share_of(pod: dict) -> PodShare:
-    """The share of a pod bound to a node (no allocation annotation: cpu/memory only)."""
+_DEFAULT_NAMES = resource_names(MthreadsConfig())
+
+
+def share_of(pod: dict, names: tuple[str, str, str] = _DEFAULT_NAMES) -> PodShare:
+    """The share of a pod bound to a node (no allocation annotation: cpu/memory and the
+    resource requests only). `names`: the three Mthreads resource names."""
     meta = _meta(pod)
     uid, node = meta.get("uid", ""), (pod.get("spec") or {}).get("nodeName", "")
     resources = pod_requests(pod)
+    requested = device_requests(pod, names)
     ann = meta.get("annotations") or {}
     text = ann.get(keys.ALLOCATED)
     if text is None:
-        return PodShare(uid, node, resources)
+        return PodShare(uid, node, resources, devices=requested)
     try:
         containers = decode(text) if isinstance(text, str) else None
         if containers is None:
@@ -64,18 +73,20 @@ def share_of(pod: dict) -> PodShare:
                 m[0] += d.memory_mib
                 m[1] += d.cores
         return PodShare(uid, node, resources,
-                        tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()))
+                        tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()),
+                        devices=requested)
     except EncodingError as e:
-        return _garbled(uid, node, resources, ann, str(text), str(e))
+        return _garbled(uid, node, resources, requested, ann, str(text), str(e))
 
 
-def _garbled(uid: str, node: str, resources: Resources, ann: dict, text: str, why: str) -> PodShare:
+def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: dict, text: str,
+             why: str) -> PodShare:
     named = set(_CARD_ID.findall(text))
     index = ann.get(keys.GPU_INDEX)
     if isinstance(index, str):
         named.update(f"{node}-mthreads-{i.strip()}" for i in index.split(",") if i.strip().isdigit())
     problem = f"unreadable {keys.ALLOCATED} ({why})"
     if named:
-        return PodShare(uid, node, resources,
-                        tuple(CardShare(c, 0, 0, whole=True) for c in sorted(named)), problem=problem)
-    return PodShare(uid, node, resources, whole_node=True, problem=problem)
+        return PodShare(uid, node, resources, tuple(CardShare(c, 0, 0, whole=True) for c in sorted(named)),
+                        devices=devices, problem=problem)
+    return PodShare(uid, node, resources, whole_node=True, devices=devices, problem=problem)

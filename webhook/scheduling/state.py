@@ -7,6 +7,7 @@ that confirms it) or removing it twice changes nothing.
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -14,9 +15,13 @@ from sortedcontainers import SortedList
 
 from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
+from ..pods import resource_names
 from .inventory import NodeCards, node_cards
-from .resources import Resources, node_allocatable
+from .resources import NO_DEVICES, DeviceLimits, Devices, Resources, device_allocatable, \
+    node_allocatable
 from .shares import PodShare
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,6 +39,7 @@ class CardUsage:
 @dataclass
 class NodeUsage:
     requested: Resources = field(default_factory=Resources)
+    devices: Devices = NO_DEVICES  # the Mthreads resources the bound pods request (kubelet's sum)
     whole_node: int = 0  # garbled shares that hold every card of the node
 
 
@@ -53,11 +59,13 @@ class NodeInfo:
     obj: dict  # the Node as the API server returned it
     cards: NodeCards
     allocatable: Resources
+    device_limits: DeviceLimits = (None, None, None)  # allocatable count, memory, cores
 
 
 class ClusterState:
     def __init__(self, mt: MthreadsConfig):
         self.mt = mt
+        self.names = resource_names(mt)
         self.nodes: dict[str, NodeInfo] = {}
         self.shares: dict[str, PodShare] = {}
         self.cards: dict[str, CardUsage] = {}  # by card id, also for cards of nodes not seen yet
@@ -107,8 +115,12 @@ class ClusterState:
     def set_node(self, node: dict) -> None:
         name = node["metadata"]["name"]
         old = self.nodes.get(name)
-        info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node))
+        info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node),
+                        device_allocatable(node, self.names))
         self.nodes[name] = info
+        _log_problem(name, old.cards.problem if old else None, info.cards.problem)
+        if old is not None and _devices_text(old, self.names) != _devices_text(info, self.names):
+            log.info("node %s: now %s", name, _devices_text(info, self.names))
         self._reindex(name)
         if old is None or _fingerprint(old.obj) != _fingerprint(node):
             self.generation += 1  # heartbeats that change nothing a decision reads retry nothing
@@ -163,6 +175,7 @@ class ClusterState:
     def _apply(self, share: PodShare, sign: int) -> None:
         nu = self.node_usage.setdefault(share.node, NodeUsage())
         nu.requested = nu.requested + share.resources if sign > 0 else nu.requested - share.resources
+        nu.devices = nu.devices + share.devices if sign > 0 else nu.devices - share.devices
         nu.whole_node += sign * share.whole_node
         for c in share.cards:
             cu = self.cards.setdefault(c.card, CardUsage())
@@ -179,6 +192,10 @@ class ClusterState:
     def requested_on(self, node: str) -> Resources:
         nu = self.node_usage.get(node)
         return nu.requested if nu else Resources()
+
+    def devices_on(self, node: str) -> Devices:
+        nu = self.node_usage.get(node)
+        return nu.devices if nu else NO_DEVICES
 
     def node_held_whole(self, node: str) -> bool:
         nu = self.node_usage.get(node)
@@ -211,6 +228,24 @@ def node_room(cards: NodeCards, usage) -> NodeRoom:
             free.append((c.memory_mib - u.memory_mib, CORES_PER_CARD - u.cores))
     return NodeRoom(used / len(cards.cards), tuple(free), idle,
                     frozenset(c.model.units for c in cards.cards))
+
+
+def _log_problem(node: str, old: str | None, new: str | None) -> None:
+    """Name a node whose capacity cannot be read as cards, once per change (not per heartbeat)."""
+    if new and new != old:
+        log.warning("node %s: %s; no Mthreads pod goes there until its capacity reads as cards",
+                    node, new)
+    elif old and not new:
+        log.info("node %s: its capacity reads as cards again", node)
+
+
+def _devices_text(info: NodeInfo, names: tuple[str, str, str]) -> str:
+    """What a node offers Mthreads pods, for the log line of a change (a device plugin
+    restarting, a card reported unhealthy): `2 cards of 96 units, allocatable mthreads.com/..."""
+    cards = info.cards.cards
+    offer = f"{len(cards)} cards of {cards[0].model.units} units" if cards else "no cards"
+    listed = [f"{n}={v}" for n, v in zip(names, info.device_limits) if v is not None]
+    return f"{offer}, allocatable {' '.join(listed) or 'none listed'}"
 
 
 def _fingerprint(node: dict) -> tuple:
