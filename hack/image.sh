@@ -2,8 +2,10 @@
 # Build the image from the project's Dockerfile with buildah, and print its reference as the
 # last line of stdout (progress goes to stderr).
 #
-#   hack/image.sh          the local base: Debian bookworm made by debootstrap, cached
-#   IMAGE_BASE=python:3.11-slim hack/image.sh   any base a registry can give (the Dockerfile's default)
+#   hack/image.sh          the Dockerfile's default base (python:3.11-slim) if the image store
+#                          has it (`podman pull python:3.11-slim` where a registry is reachable),
+#                          else the local base: Debian bookworm made by debootstrap, cached
+#   IMAGE_BASE=python:3.11-slim hack/image.sh   any base a registry can give, pulled if missing
 #   IMAGE_CA_BUNDLE=FILE   the CA bundle pip trusts in the build (default: the system's; empty: none)
 #
 # No registry is reachable on the project's CI machines, so by default the base is made from
@@ -14,6 +16,7 @@
 set -euo pipefail
 
 SUITE="bookworm"
+REGISTRY_BASE=$(sed -n 's/^ARG BASE=//p' "$(dirname "$0")/../Dockerfile" | head -n 1)  # python:3.11-slim
 BASE_PACKAGES=(python3 python3-venv ca-certificates)
 # Inside the rootfs: what a Python runtime never reads. /usr/share/doc keeps the copyright files.
 TRIM=(usr/share/man usr/share/info usr/share/locale usr/share/lintian usr/share/linda
@@ -91,6 +94,8 @@ main() {
   if [[ -n ${IMAGE_BASE:-} ]]; then
     base=$IMAGE_BASE
     image_exists "$base" || buildah pull --quiet "$base" >/dev/null
+  elif image_exists "$REGISTRY_BASE"; then  # never pulled here: this script sends nothing to a registry
+    base=$REGISTRY_BASE
   else
     base=$(local_base "$cache")
   fi
