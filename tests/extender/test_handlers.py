@@ -12,41 +12,10 @@ import threading
 import pytest
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
-from tests.harness.fake_api import FakeApi
-from webhook.config import parse_config
+from tests.extender.messages import CONFIG, args, bind_args, pending
 from webhook.extender.app import NOT_SYNCED, create_extender_app
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import NOT_IN_CACHE
-
-CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
-
-
-@pytest.fixture
-def setup():
-    api = FakeApi()
-    cache = Cache(CONFIG, api)
-    nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
-    cache.apply("node", "RESET", nodes)
-    cache.apply("pod", "RESET", [])
-    app = create_extender_app(CONFIG, cache)
-    return app.test_client(), cache, api
-
-
-def pending(cache, api, p):
-    """A pending pod as the watch would show it (and the API server would return it)."""
-    cache.apply("pod", "ADDED", p)
-    api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = json.loads(json.dumps(p))
-    return p
-
-
-def args(p, names=("s4", "s5")):
-    return {"Pod": p, "Nodes": None, "NodeNames": list(names)}
-
-
-def bind_args(p, node):
-    m = p["metadata"]
-    return {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": node}
-
 
 def test_filter_96_units_only_on_s4000(setup):
     client, cache, api = setup
@@ -169,20 +138,29 @@ def test_exclusive_takes_an_idle_card(setup):
     assert body["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
 
 
-def test_bind_after_a_stale_filter_is_refused(setup):
-    """kube-scheduler filters pod b before pod a's bind arrives: the bind decides on the
-    current state and refuses, so the card is never over-committed."""
+def test_filter_counts_the_reservations_of_binds_not_arrived_yet(setup):
+    """kube-scheduler filters pod c before the binds of a and b arrive: their reservations
+    are counted, so c is refused at filter time (it waits for room) instead of being sent to
+    a node whose last card a bind then takes."""
     client, cache, api = setup
-    a = pending(cache, api, pod(whole(1, 96)))
-    b = pending(cache, api, pod(whole(1, 96)))
-    c = pending(cache, api, pod(whole(1, 96)))
+    a, b, c = (pending(cache, api, pod(whole(1, 96))) for _ in range(3))
     assert client.post("/filter", json=args(a, ["s4"])).get_json()["NodeNames"] == ["s4"]
     assert client.post("/filter", json=args(b, ["s4"])).get_json()["NodeNames"] == ["s4"]
-    assert client.post("/filter", json=args(c, ["s4"])).get_json()["NodeNames"] == ["s4"]
-    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    body = client.post("/filter", json=args(c, ["s4"])).get_json()
+    assert body["NodeNames"] == [] and body["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
     assert client.post("/bind", json=bind_args(b, "s4")).get_json() == {"Error": ""}
-    err = client.post("/bind", json=bind_args(c, "s4")).get_json()["Error"]
-    assert err == "node s4: ExclusiveDeviceAllocateConflict"
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    cards = [body["metadata"]["annotations"]["mthreads.com/gpu-index"] for _, _, body in api.bindings()]
+    assert sorted(cards) == ["0", "1"]  # each bind wrote its own reservation
+
+
+def test_bind_without_a_reservation_is_refused_when_the_cards_are_taken(setup):
+    """A bind whose reservation lapsed decides on the state of that moment: never an overcommit."""
+    client, cache, api = setup
+    a, b, c = (pending(cache, api, pod(whole(1, 96))) for _ in range(3))
+    for p in (a, b, c):
+        assert client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"] in (
+            "", "node s4: ExclusiveDeviceAllocateConflict")
     assert len(api.bindings()) == 2
 
 

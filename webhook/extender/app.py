@@ -1,4 +1,5 @@
-"""The extender's HTTP endpoints: POST /filter, /prioritize, /bind; GET /healthz, /readyz.
+"""The extender's HTTP endpoints: POST /filter, /prioritize, /preempt, /bind; GET /healthz,
+/readyz.
 
 `create_extender_app(config, state_source)` takes the state source (a `cache.Cache`, started
 or fed by hand) so that the handlers can be tested with Flask's test client.
@@ -6,11 +7,11 @@ or fed by hand) so that the handlers can be tested with Flask's test client.
 Concurrency: kube-scheduler decides one pod at a time (filter, prioritize), but binds in the
 background, so the filter of the next pod may run before, during or after the bind of the
 previous one; several binds may be in flight at once. The rule that keeps the cards from
-being handed out twice: **the cards are chosen at bind time, under the lock, on the state
-that already counts every share chosen before** (assumed before the write is sent, dropped
-again only when the write is known not to have happened). The filter is an optimistic
-answer on the state of that moment; when a bind finds the node's cards taken since, it
-answers an error, kube-scheduler forgets its assumption and retries the pod later.
+being handed out twice and a pod from losing a race: **the filter chooses the node and the
+cards under the lock and reserves them** (an assumed share, counted by every later filter
+and bind), answering that one node; the bind writes the reservation. A bind that finds no
+reservation for its node (lapsed, or kube-scheduler chose another node) decides on the
+state of that moment, as before, and answers an error if the cards are taken since.
 """
 
 from __future__ import annotations
@@ -44,8 +45,25 @@ class Extender:
         if not self.source.ready():
             return wire.filter_error(NOT_SYNCED)
         ask = request_of(args.pod, self.config, self.fleet)
-        fits, failed = self.source.filter(args.pod, ask, args.node_names)
-        return wire.filter_result(args, fits, failed)
+        if ask.need is None or ask.invalid:  # no card to choose: every node's answer
+            fits, failed = self.source.filter(args.pod, ask, args.node_names)
+            return wire.filter_result(args, fits, failed)
+        result = self.source.reserve(args.pod, ask, args.node_names)
+        if isinstance(result, str):
+            return wire.filter_error(result)
+        chosen, failed = result
+        # The one node chosen; the other fitting nodes are left out without a reason (1.20
+        # takes the answer's nodes as the feasible ones), so kube-scheduler binds there.
+        return wire.filter_result(args, [chosen.node] if chosen else [], failed)
+
+    def preempt(self, body) -> dict:
+        args = wire.preemption_args(body)
+        if not self.source.ready():
+            return wire.preemption_result({})
+        ask = request_of(args.pod, self.config, self.fleet)
+        if ask.need is None or ask.invalid:  # the cards are not what keeps it out
+            return wire.preemption_result(args.victims if not ask.invalid else {})
+        return wire.preemption_result(self.source.victims(args.pod, ask, args.victims))
 
     def prioritize(self, body) -> list[dict]:
         args = wire.extender_args(body)
@@ -57,6 +75,10 @@ class Extender:
         who = f"{b.namespace}/{b.name}"
         if not self.source.ready():
             return wire.binding_result(NOT_SYNCED)
+        reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node)
+        if reserved is not None:
+            pod, placement = reserved
+            return self._write(b, pod, placement, True)
         pod = self._pod(b)
         if isinstance(pod, str):
             return wire.binding_result(pod)
@@ -132,6 +154,10 @@ def create_extender_app(config: Config, state_source) -> Flask:
     @app.post("/prioritize")
     def prioritize():
         return handle(ext.prioritize)
+
+    @app.post("/preempt")
+    def preempt():
+        return handle(ext.preempt)
 
     @app.post("/bind")
     def bind():

@@ -1,4 +1,4 @@
-"""The extender's three answers as plain functions of the pod and the indexed state.
+"""The extender's answers as plain functions of the pod and the indexed state.
 
 They reuse the allocator's decision layer as it is: the card checks and card policy
 (`card_fit.fit_cards`), the node score (`score.node_used`), the policies (`score.policies`),
@@ -15,7 +15,7 @@ from ..scheduling.card_fit import fit_cards
 from ..scheduling.decide import Placement, placement
 from ..scheduling.inventory import Card
 from ..scheduling.resources import pod_requests
-from ..scheduling.score import node_used, policies
+from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.request import PodAsk
 from ..scheduling.state import ClusterState
 
@@ -49,6 +49,27 @@ def filter_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
         else:
             failed[name] = reason
     return fits, failed
+
+
+def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+         config: Config) -> tuple[Placement | None, dict[str, str]]:
+    """The filter's choice among the nodes kube-scheduler passed: the node the node policy
+    picks among those whose cards fit, with the cards the card policy picks there (None if
+    none fits), and {node: reason} for the nodes that do not fit."""
+    fitting: dict[str, tuple[Card, ...]] = {}
+    failed: dict[str, str] = {}
+    for name in names:
+        reason, cards = cards_on(pod, ask, name, state, config)
+        if reason is None:
+            fitting[name] = cards
+        else:
+            failed[name] = reason
+    if not fitting:
+        return None, failed
+    node_policy, _ = policies(pod, config)
+    kind = ask.request.kind if ask.request is not None else Kind.NONE
+    node = best_node([state.nodes[n] for n in fitting], state, kind, node_policy).name
+    return placement(pod, ask.request, node, fitting[node], pod_requests(pod)), failed
 
 
 def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
