@@ -47,7 +47,8 @@ def test_scheduler_configuration(built):
     assert [p["schedulerName"] for p in conf["profiles"]] == ["hami-scheduler"]
     ext, = conf["extenders"]
     assert ext["urlPrefix"] == "http://mthreads-extender.kube-system.svc:8888"
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"], ext["bindVerb"]) == \
+        ("filter", "prioritize", "preempt", "bind")
     assert ext["nodeCacheCapable"] is True and ext["weight"] > 0
     assert {(r["name"], r["ignoredByScheduler"]) for r in ext["managedResources"]} == {
         ("mthreads.com/vgpu", True), ("mthreads.com/sgpu-memory", True), ("mthreads.com/sgpu-core", True)}

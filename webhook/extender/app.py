@@ -63,7 +63,12 @@ class Extender:
         ask = request_of(args.pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # the cards are not what keeps it out
             return wire.preemption_result(args.victims if not ask.invalid else {})
-        return wire.preemption_result(self.source.victims(args.pod, ask, args.victims))
+        chosen = self.source.victims(args.pod, ask, args.victims)
+        meta = args.pod["metadata"]
+        log.info("preempt %s/%s: %s", meta.get("namespace"), meta.get("name"), "; ".join(
+            f"{node}: {len(uids)} victim(s)" for node, (uids, _) in sorted(chosen.items()))
+            or "no node where evicting lower-priority pods frees the cards")
+        return wire.preemption_result(chosen)
 
     def prioritize(self, body) -> list[dict]:
         args = wire.extender_args(body)
