@@ -10,7 +10,12 @@ the bench records when each pod is first seen bound:
   webhook writes (`hami-scheduler`, Mthreads slices and whole cards; bench/workload.py);
 - kube-scheduler 1.20 (KubeSchedulerConfiguration v1beta1, qps 1000 / burst 2000, no leader
   election, profile `default-scheduler`, admin credentials) places the same pods with the same
-  cpu/memory requests and no Mthreads resources (it does not know the cards).
+  cpu/memory requests and no Mthreads resources (it does not know the cards);
+- kube-scheduler + extender: the same kube-scheduler with profile `hami-scheduler` and this
+  project's extender (`python -m webhook.extender`; filter, which reserves the cards,
+  prioritize, bind) places the pods in the allocator's form (tests/harness/extender.py); its
+  CPU is both processes'. Streaming runs also give create-to-bound seconds per pod (from the
+  answer to its POST to the watch event that shows it bound): p50, p99, max.
 
 Two ways: **streaming** (the scheduler runs and is warm — a probe pod was bound — before the
 pods are created; pods/s = pods / (last bound − first create), which cannot pass the rate at

@@ -33,16 +33,20 @@ from . import wire
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
+# A call that comes while the extender is still listing (just started) waits this long for it:
+# an error would park the pod in kube-scheduler's unschedulable queue for up to a minute.
+READY_WAIT = 5.0  # seconds, below the configured httpTimeout (10 s)
 
 
 class Extender:
     def __init__(self, config: Config, source):
         self.config, self.source = config, source
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
+        self.ready_wait = READY_WAIT
 
     def filter(self, body) -> dict:
         args = wire.extender_args(body)
-        if not self.source.ready():
+        if not self.source.wait_ready(self.ready_wait):
             return wire.filter_error(NOT_SYNCED)
         ask = request_of(args.pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # no card to choose: every node's answer
@@ -58,7 +62,7 @@ class Extender:
 
     def preempt(self, body) -> dict:
         args = wire.preemption_args(body)
-        if not self.source.ready():
+        if not self.source.wait_ready(self.ready_wait):
             return wire.preemption_result({})
         ask = request_of(args.pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # the cards are not what keeps it out
@@ -78,7 +82,7 @@ class Extender:
     def bind(self, body) -> dict:
         b = wire.binding_args(body)
         who = f"{b.namespace}/{b.name}"
-        if not self.source.ready():
+        if not self.source.wait_ready(self.ready_wait):
             return wire.binding_result(NOT_SYNCED)
         reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node)
         if reserved is not None:

@@ -64,6 +64,7 @@ class Cache:
         self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of live pods
         self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
+        self.synced = threading.Event()  # nodes and pods listed
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
 
@@ -87,6 +88,10 @@ class Cache:
     def ready(self) -> bool:
         with self.lock:
             return self.pods.ready
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether nodes and pods are listed, waiting up to `timeout` seconds for it."""
+        return self.synced.wait(timeout)
 
     def _run(self) -> None:
         last_resolve = time.monotonic()
@@ -114,6 +119,8 @@ class Cache:
     def apply(self, kind: str, event: str, obj) -> None:
         with self.lock:
             self.pods.apply(kind, event, obj)
+            if self.pods.ready:
+                self.synced.set()
             if kind != "pod":
                 return
             if event == "RESET":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..config import Config
 from ..pods import Kind
-from ..scheduling.card_fit import fit_cards
+from ..scheduling.card_fit import fit_cards, least_card, may_fit
 from ..scheduling.decide import Placement, placement
 from ..scheduling.inventory import Card
 from ..scheduling.resources import pod_requests
@@ -54,8 +54,22 @@ def filter_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
 def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
          config: Config) -> tuple[Placement | None, dict[str, str]]:
     """The filter's choice among the nodes kube-scheduler passed: the node the node policy
-    picks among those whose cards fit, with the cards the card policy picks there (None if
-    none fits), and {node: reason} for the nodes that do not fit."""
+    picks among those whose cards fit, with the cards the card policy picks there, and no
+    reasons (the other nodes are simply not chosen); or None and {node: reason} for every node
+    when none fits."""
+    node_policy, gpu_policy = policies(pod, config)
+    if ask.need is not None and not ask.invalid:
+        # The nodes in the policy's order: the first of kube-scheduler's that fits is the one
+        # the policy picks among them (as decide's first fit), so a filter reads a few nodes.
+        given = set(names)
+        for name in state.in_order(node_policy, *least_card(ask.need)):
+            if name not in given or not may_fit(ask.need, state.room[name]) \
+                    or state.node_held_whole(name):
+                continue
+            reason, cards = fit_cards(ask.need, state.nodes[name].cards, state.card, False,
+                                      gpu_policy)
+            if reason is None:
+                return placement(pod, ask.request, name, cards, pod_requests(pod)), {}
     fitting: dict[str, tuple[Card, ...]] = {}
     failed: dict[str, str] = {}
     for name in names:
@@ -66,7 +80,6 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
             failed[name] = reason
     if not fitting:
         return None, failed
-    node_policy, _ = policies(pod, config)
     kind = ask.request.kind if ask.request is not None else Kind.NONE
     node = best_node([state.nodes[n] for n in fitting], state, kind, node_policy).name
     return placement(pod, ask.request, node, fitting[node], pod_requests(pod)), failed
