@@ -26,10 +26,10 @@ from ..kube.binder import read_pod
 from ..kube.informer import Informer, watch_cluster
 from ..scheduling.cache import PodCache, uid_of
 from ..scheduling.decide import Placement
+from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
 from ..scheduling.shares import PodShare
 from .decisions import choose, filter_nodes, pick, scores
-from ..scheduling.priority import pod_priority
 from .preemption import Holder, victims_on
 
 RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
