@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.builders import mt_node
+from tests.builders import mt_node, sched_pod, slice_
 from tests.harness.fake_api import FakeApi
 from webhook.config import parse_config
 from webhook.extender.app import create_extender_app
@@ -39,3 +39,11 @@ def args(p, names=("s4", "s5")):
 def bind_args(p, node):
     m = p["metadata"]
     return {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": node}
+
+
+def add_busy_node(client, cache, api, busy: str) -> None:
+    """A second S4000 node s4b (2 cards), and a 64-unit slice bound through the extender on
+    `busy` (s4 or s4b)."""
+    cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
+    p = pending(cache, api, sched_pod(slice_(64, 8)))
+    assert client.post("/bind", json=bind_args(p, busy)).get_json() == {"Error": ""}

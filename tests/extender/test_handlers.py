@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
-from tests.extender.messages import CONFIG, args, bind_args, pending
+from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, pending
 from webhook.extender.app import NOT_SYNCED, create_extender_app
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import NOT_IN_CACHE
@@ -94,9 +94,7 @@ def test_plain_pod_passes_every_node_and_binds_without_annotations(setup):
 
 def test_prioritize_by_node_policy(setup):
     client, cache, api = setup
-    cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
-    busy = pending(cache, api, pod(slice_(64, 8)))
-    assert client.post("/bind", json=bind_args(busy, "s4")).get_json() == {"Error": ""}
+    add_busy_node(client, cache, api, busy="s4")
     p = pending(cache, api, pod(slice_(8, 2)))
     got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
     assert got == [{"Host": "s4", "Score": 3}, {"Host": "s4b", "Score": 0}]  # binpack (default)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
-from tests.extender.messages import args, bind_args, pending
+from tests.extender.messages import add_busy_node, args, bind_args, pending
 from webhook.extender.cache import RESERVE_FOR, IN_DOUBT
 
 ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
@@ -25,9 +25,7 @@ def bound_copy(p, node, allocated):
 
 def test_filter_answers_one_node_and_reserves_its_cards(setup):
     client, cache, api = setup
-    cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
-    busy = pending(cache, api, pod(slice_(64, 8)))
-    assert client.post("/bind", json=bind_args(busy, "s4b")).get_json() == {"Error": ""}
+    add_busy_node(client, cache, api, busy="s4b")
     p = pending(cache, api, pod(slice_(96, 4)))
     body = filtered(client, p, ["s4", "s4b", "s5"])
     # binpack (default): the busier S4000 node; s4 fits too, s5 does not: no reasons given
