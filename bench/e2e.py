@@ -10,7 +10,12 @@ the bench records when each pod is first seen bound:
   webhook writes (`hami-scheduler`, Mthreads slices and whole cards; bench/workload.py);
 - kube-scheduler 1.20 (KubeSchedulerConfiguration v1beta1, qps 1000 / burst 2000, no leader
   election, profile `default-scheduler`, admin credentials) places the same pods with the same
-  cpu/memory requests and no Mthreads resources (it does not know the cards).
+  cpu/memory requests and no Mthreads resources (it does not know the cards);
+- kube-scheduler + extender: the same kube-scheduler with profile `hami-scheduler` and this
+  project's extender (`python -m webhook.extender`; filter, which reserves the cards,
+  prioritize, bind) places the pods in the allocator's form (tests/harness/extender.py); its
+  CPU is both processes'. Streaming runs also give create-to-bound seconds per pod (from the
+  answer to its POST to the watch event that shows it bound): p50, p99, max.
 
 Two ways: **streaming** (the scheduler runs and is warm — a probe pod was bound — before the
 pods are created; pods/s = pods / (last bound − first create), which cannot pass the rate at
@@ -54,6 +59,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LEASE_NS = "mthreads-system"
 THREADS = 8
 CEILING_GOAL = 0.80
+EXTENDER_GOAL = 0.80  # (b) kube-scheduler + extender against (a) kube-scheduler alone
+MAX_WAIT_GOAL = 5.0  # seconds from create to bound, for a pod that had room
 KS_NAME = "default-scheduler"
 NOBODY = "bench-nobody"
 RUN_TIMEOUT = 300.0
@@ -63,6 +70,9 @@ ROUNDS = 5  # default of --rounds: the runs on 2 shared cores vary by ±30%
 def add_arguments(g) -> None:
     g.add_argument("--e2e-nodes", type=int, default=500, help="fake nodes (%(default)s)")
     g.add_argument("--e2e-pods", type=int, default=2000, help="pods per run (%(default)s)")
+    g.add_argument("--e2e-only", default="",
+                   help="comma-separated rows to run, of: allocator, kube-scheduler, extender, "
+                        "raw, sequential (default: all)")
     g.add_argument("--e2e-profile", type=float, default=4.0,
                    help="seconds of py-spy on the allocator in an extra backlog run "
                         "(0: none; needs py-spy) (%(default)s)")
@@ -130,8 +140,10 @@ def _json(resp) -> dict:
         resp.release_conn()
 
 
-def create_pods(admin, namespace: str, bodies: list[dict]) -> tuple[float, float, int]:
-    """POST every pod from THREADS threads; (first start, last end, failures)."""
+def create_pods(admin, namespace: str, bodies: list[dict],
+                created: dict[str, float] | None = None) -> tuple[float, float, int]:
+    """POST every pod from THREADS threads; (first start, last end, failures). `created`: filled
+    with each pod's name -> when its POST was answered (monotonic)."""
     import kubernetes.client as k
     core = k.CoreV1Api(admin)
     failures = 0
@@ -141,6 +153,8 @@ def create_pods(admin, namespace: str, bodies: list[dict]) -> tuple[float, float
         nonlocal failures
         try:
             _drain(core.create_namespaced_pod(namespace, body, _preload_content=False))
+            if created is not None:
+                created[body["metadata"]["name"]] = time.monotonic()
         except k.ApiException:
             with lock:
                 failures += 1
@@ -228,6 +242,10 @@ class Scheduler:
     name: str
     proc: subprocess.Popen | None = None
 
+    def pids(self) -> dict[str, int]:
+        """The processes whose CPU counts as the scheduler's."""
+        return {"scheduler": self.proc.pid}
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -295,6 +313,45 @@ class KubeScheduler(Scheduler):
         return out.split()[-1] if out else "?"
 
 
+class ExtenderStack(Scheduler):
+    """kube-scheduler 1.20 (profile hami-scheduler) calling the extender, as tests/extender runs
+    them (tests/harness/extender.py), with kube-scheduler's log at --v=1 like the row above."""
+
+    label = "kube-scheduler + extender"
+    scheduler_name = workload.SCHEDULER
+    mthreads = True
+
+    def __init__(self, cluster, workdir: Path):
+        self.cluster, self.workdir = cluster, workdir / "extender"
+        self.workdir.mkdir(exist_ok=True)
+        self.log = self.workdir / "kube-scheduler.log"
+        self.stack = None
+
+    def start(self) -> None:
+        from tests.harness.allocator import ALLOCATOR_USER
+        from tests.harness.extender import start_stack
+        from tests.harness.kube import ADMIN
+        from tests.harness.wait import wait_for
+        self.stack = start_stack(self.cluster, self.workdir, ALLOCATOR_USER, ADMIN, verbosity=1)
+        wait_for(self.stack[0].healthy, 60, what="extender /readyz")
+        self.proc = self.stack[1].proc
+
+    def pids(self) -> dict[str, int]:
+        ext = self.stack[0].proc.pid
+        try:  # gunicorn's one worker does the work; the master only watches it
+            with open(f"/proc/{ext}/task/{ext}/children") as f:
+                ext = int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
+        return {"scheduler": self.proc.pid, "extender": ext}
+
+    def stop(self) -> None:
+        if self.stack is not None:
+            for p in reversed(self.stack):
+                p.stop()
+        self.stack = self.proc = None
+
+
 # --- runs --------------------------------------------------------------------------------------
 
 class Bench:
@@ -336,13 +393,16 @@ class Bench:
         ns = self.namespace(f"{sched.label}-stream")
         bodies = self.bodies(ns, sched)
         watch = BoundWatch(self.admin, ns, len(bodies))
+        created: dict[str, float] = {}
         try:
-            t0, t1, failures = create_pods(self.admin, ns, bodies)
+            t0, t1, failures = create_pods(self.admin, ns, bodies, created)
             ok = watch.wait(RUN_TIMEOUT)
         finally:
             watch.close()
             sched.stop()
+        waits = sorted(max(watch.bound[n] - c, 0.0) for n, c in created.items() if n in watch.bound)
         return self._finish(ns, watch, ok, failures, {
+            **_percentiles(waits),
             "create_s": t1 - t0, "create_rate": len(bodies) / (t1 - t0),
             "rate": len(watch.bound) / (max(watch.bound.values()) - t0) if watch.bound else 0.0,
             "total_s": (max(watch.bound.values()) - t0) if watch.bound else float("nan"),
@@ -361,7 +421,7 @@ class Bench:
             deadline = time.monotonic() + 60
             while not watch.bound and time.monotonic() < deadline and not watch.done.is_set():
                 time.sleep(0.02)
-            cpu = CpuMeter({"scheduler": sched.proc.pid, **self.cluster_pids()})
+            cpu = CpuMeter({**sched.pids(), **self.cluster_pids()})
             if profile:
                 spy = PySpy(sched.proc.pid, profile, self.workdir / f"py-spy-{self.runs}.txt")
             ok = watch.wait(RUN_TIMEOUT)
@@ -535,6 +595,14 @@ def _frame(f: str) -> str:
 
 # --- the part -----------------------------------------------------------------------------------
 
+def _percentiles(waits: list[float]) -> dict[str, float]:
+    """p50 / p99 / max of sorted create-to-bound seconds."""
+    if not waits:
+        return {"p50_s": float("nan"), "p99_s": float("nan"), "max_s": float("nan")}
+    at = lambda q: waits[min(len(waits) - 1, int(q * len(waits)))]  # noqa: E731
+    return {"p50_s": at(0.50), "p99_s": at(0.99), "max_s": waits[-1]}
+
+
 def _med(values: list[float]) -> float:
     values = [v for v in values if v == v]
     return statistics.median(values) if values else float("nan")
@@ -557,15 +625,22 @@ def run(args) -> Section:
         print(f"bench: e2e: {nodes} nodes in {time.monotonic() - t0:.0f} s", flush=True)
         alloc, ks = AllocatorScheduler(cluster, workdir), KubeScheduler(cluster, workdir)
         sequential = AllocatorScheduler(cluster, workdir, bind_threads=1)  # how it bound before
-        scheds = [alloc, ks, sequential]
+        stack = ExtenderStack(cluster, workdir)
+        scheds = [alloc, ks, sequential, stack]
         ks_version = ks.version()
         bench = Bench(cluster, admin, workdir, pods)
         bench.nodes = nodes
         results: dict[tuple[str, str], list[dict]] = {}
         profile = None
         cells = [("allocator", "streaming"), ("kube-scheduler", "streaming"),
-                 ("allocator", "backlog"), ("kube-scheduler", "backlog"), ("raw", "ceiling"),
+                 (stack.label, "streaming"), ("allocator", "backlog"),
+                 ("kube-scheduler", "backlog"), (stack.label, "backlog"), ("raw", "ceiling"),
                  (sequential.label, "backlog")]
+        only = {w.strip() for w in args.e2e_only.split(",") if w.strip()}
+        if only:
+            short = {"extender": stack.label, "sequential": sequential.label}
+            keep = {short.get(w, w) for w in only}
+            cells = [c for c in cells if c[0] in keep]
         by_label = {s.label: s for s in scheds}
         for r in range(rounds):
             order = cells[r % len(cells):] + cells[:r % len(cells)]
@@ -578,7 +653,7 @@ def run(args) -> Section:
                     res = bench.backlog(by_label[who], 0.0)
                 results.setdefault((who, how), []).append(res)
                 _print(f"round {r + 1}: {who} {how}", res)
-        if args.e2e_profile > 0:
+        if args.e2e_profile > 0 and (not only or "allocator" in only):
             # Sampling takes CPU from the run it watches (2 cores here): a run of its own,
             # after the rounds and out of their medians.
             res = bench.backlog(alloc, args.e2e_profile)
@@ -599,10 +674,20 @@ def _print(what: str, res: dict) -> None:
 
 
 def _cpu(runs: list[dict]) -> str:
+    """Scheduler (kube-scheduler + extender for that row) / API server / etcd."""
     if not any("cpu_scheduler" in r for r in runs):
         return "–"
-    return " / ".join(f"{_med([r.get(f'cpu_{k}', float('nan')) for r in runs]):.2f}"
+    spent = [{**r, "cpu_scheduler": r.get("cpu_scheduler", float("nan")) + r.get("cpu_extender", 0.0)}
+             for r in runs]
+    return " / ".join(f"{_med([r.get(f'cpu_{k}', float('nan')) for r in spent]):.2f}"
                       for k in ("scheduler", "apiserver", "etcd"))
+
+
+def _waits(runs: list[dict]) -> str:
+    if not all("max_s" in r for r in runs):
+        return "–"
+    return " / ".join(f"{_med([r[k] for r in runs]):.2f}" for k in ("p50_s", "p99_s")) + \
+        f" / {max(r['max_s'] for r in runs):.2f}"
 
 
 def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section:
@@ -618,13 +703,14 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
                      f"{_med([r.get('first_s', float('nan')) for r in v]):.1f}" if how == "backlog"
                      else f"{_med([r['lag_s'] for r in v]):.2f}",
                      f"{min(r['bound'] for r in v):,}/{pods:,}",
-                     f"{_med([r['nodes_used'] for r in v]):.0f}", _cpu(v)])
+                     f"{_med([r['nodes_used'] for r in v]):.0f}", _waits(v), _cpu(v)])
     ceiling = rate.get(("raw", "ceiling"), float("nan"))
     raw = results.get(("raw", "ceiling"), [])
     rows.append(["raw bindings", f"{THREADS} threads", f"{ceiling:.0f}",
                  " / ".join(f"{r['rate']:.0f}" for r in raw),
                  f"{_med([r['total_s'] for r in raw]):.1f}", "–", "–",
-                 f"{pods - max((r['failures'] for r in raw), default=0):,}/{pods:,}", "–", _cpu(raw)])
+                 f"{pods - max((r['failures'] for r in raw), default=0):,}/{pods:,}", "–", "–",
+                 _cpu(raw)])
     goals = []
     for how in ("streaming", "backlog"):
         a, k = rate.get(("allocator", how)), rate.get(("kube-scheduler", how))
@@ -635,8 +721,19 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
         if a is not None and ceiling == ceiling:
             goals.append(Goal(f"{how}: allocator pods/s ≥ {CEILING_GOAL:.0%} of the raw binding "
                               f"ceiling", f"{a / ceiling:.0%}", a >= CEILING_GOAL * ceiling))
+    for how in ("streaming", "backlog"):
+        b, k = rate.get((ExtenderStack.label, how)), rate.get(("kube-scheduler", how))
+        if b is not None and k is not None:
+            goals.append(Goal(f"{how}: kube-scheduler + extender pods/s ≥ {EXTENDER_GOAL:.0%} of "
+                              "kube-scheduler's alone", f"{b / k:.0%}", b >= EXTENDER_GOAL * k))
+    stream = results.get((ExtenderStack.label, "streaming"))
+    if stream and all("max_s" in r for r in stream):
+        worst = max(r["max_s"] for r in stream)
+        goals.append(Goal(f"streaming: kube-scheduler + extender binds every pod within "
+                          f"{MAX_WAIT_GOAL:.0f} s of its creation (all had room)",
+                          f"{worst:.2f} s", worst < MAX_WAIT_GOAL))
     made = _med([r["create_rate"] for r in results.get(("allocator", "streaming"), [])] or [0.0])
-    if made > 0 and ceiling == ceiling:
+    if made > 0 and ceiling == ceiling and ("allocator", "streaming") in rate:
         # Streaming cannot bind faster than pods are made: what it can reach is the lower rate.
         a, reach = rate[("allocator", "streaming")], min(made, ceiling)
         goals.append(Goal(f"streaming: allocator pods/s ≥ {CEILING_GOAL:.0%} of what can be "
@@ -645,6 +742,7 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
     tables = [Table(["scheduler", "how", "pods/s (median)", "per round", "s until all bound",
                      "created/s", "s to first bind (backlog) / last bind after last create (streaming)",
                      "bound (worst round)", "nodes used",
+                     "create-to-bound s, p50 / p99 (medians) / max (worst round), streaming",
                      "CPU s per 1,000 pods: scheduler / API server / etcd"],
                     rows, f"{pods:,} pods on {nodes:,} nodes, medians of {rounds} rounds")]
     notes = []
@@ -668,6 +766,9 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
              "default plugins"),
             ("allocator", "`python -m webhook.allocator`, default policies, "
              "memoryPerCard [96, 160]"),
+            ("kube-scheduler + extender", f"{ks_version} (profile hami-scheduler, qps 1000, "
+             "burst 2000, --v=1) calling `python -m webhook.extender` (filter reserves, "
+             "prioritize, bind; nodeCacheCapable), the pods in the allocator's form; CPU: both"),
             ("machine", f"{os.cpu_count()} CPUs shared by the API server, etcd, the scheduler "
              f"and the bench; Python {platform.python_version()}"),
         ],

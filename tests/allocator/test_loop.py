@@ -171,3 +171,23 @@ def test_a_session_s_late_outcomes_are_ignored(alloc):
     wait_for(lambda: (alloc._drain(0.05), alloc.binder.in_flight == 0)[1], 10, interval=0,
              what="the outcome")
     assert not alloc.cache.assumed and alloc.state.card("n0-mthreads-0").idle
+
+
+def test_pending_pods_are_decided_by_priority_then_age(alloc):
+    """kube-scheduler's queue order: the higher spec.priority first, then the older pod. With
+    room for one whole card, the high-priority pod gets it although it was created last."""
+    def at(second, priority=None, name=None):
+        p = sched_pod(whole(1, 96), name=name, spec={} if priority is None else {"priority": priority})
+        p["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
+        return p
+    old, middle, urgent = at(1, name="old"), at(2, 0, name="middle"), at(3, 1000, name="urgent")
+    assert [p["metadata"]["name"] for p in sorted([old, middle, urgent], key=loop.queue_order)] \
+        == ["urgent", "old", "middle"]
+    low = at(0, -5, name="low")
+    assert sorted([low, old], key=loop.queue_order)[0] is old  # negative priorities come last
+    for p in (old, middle, urgent):
+        add(alloc, p)
+    assert alloc.schedule_pass() == 1
+    settle(alloc)
+    (_, path, _), = alloc.api.bindings()
+    assert path.endswith("/pods/urgent/binding")

@@ -5,6 +5,13 @@ from tests.harness.kube import ADMIN
 from tests.harness.wait import wait_for
 
 from tests.harness.extender import start_stack
+from tests.extender.messages import handler_setup
+
+
+@pytest.fixture
+def setup():
+    """The extender app on a cache fed by hand and a fake API (tests/extender/messages.py)."""
+    return handler_setup()
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 """The extender's filter and bind against a node's allocatable, and terminal pods freeing
-their cards, with Flask's test client and a fake API (the fixtures of test_handlers)."""
+their cards, with Flask's test client and a fake API (tests/extender/messages.py)."""
 
 from __future__ import annotations
 
 import json
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
-from tests.extender.test_handlers import args, bind_args, pending, setup  # noqa: F401 (fixture)
+from tests.extender.messages import args, bind_args, pending
 
 MEM = "mthreads.com/sgpu-memory"
 ONE_CARD_DOWN = {MEM: "96", "mthreads.com/sgpu-core": "16"}
@@ -32,7 +32,9 @@ def test_filter_and_bind_hold_to_allocatable(setup):
     # assumed at once: before the watch shows it bound, 64 of the 96 allocatable are held
     second = pending(cache, api, pod(slice_(64, 8)))
     body = client.post("/filter", json=args(second, ["s4", "s5"])).get_json()
-    assert body["NodeNames"] == ["s5"] and body["FailedNodes"] == {"s4": f"Insufficient {MEM}"}
+    assert body["NodeNames"] == ["s5"]  # the node chosen (and reserved); no reasons while one fits
+    assert client.post("/filter", json=args(second, ["s4"])).get_json()["FailedNodes"] == {
+        "s4": f"Insufficient {MEM}"}
     assert client.post("/bind", json=bind_args(second, "s4")).get_json() == {
         "Error": f"node s4: Insufficient {MEM}"}
     small = pending(cache, api, pod(slice_(32, 8)))
@@ -62,6 +64,6 @@ def test_a_pod_that_ended_frees_its_cards(setup):
                 "s4": "ExclusiveDeviceAllocateConflict"}
             running["status"]["phase"] = phase
             cache.apply("pod", event, running)
-            assert client.post("/filter", json=args(nxt, ["s4"])).get_json()["NodeNames"] == ["s4"]
             assert cache.state.devices_on("s4") == cache.state.devices_on("nowhere")
+            assert client.post("/filter", json=args(nxt, ["s4"])).get_json()["NodeNames"] == ["s4"]
             cache.apply("pod", "DELETED", nxt)

@@ -12,57 +12,29 @@ import threading
 import pytest
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
-from tests.harness.fake_api import FakeApi
-from webhook.config import parse_config
+from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, pending
 from webhook.extender.app import NOT_SYNCED, create_extender_app
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import NOT_IN_CACHE
-
-CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
-
-
-@pytest.fixture
-def setup():
-    api = FakeApi()
-    cache = Cache(CONFIG, api)
-    nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
-    cache.apply("node", "RESET", nodes)
-    cache.apply("pod", "RESET", [])
-    app = create_extender_app(CONFIG, cache)
-    return app.test_client(), cache, api
-
-
-def pending(cache, api, p):
-    """A pending pod as the watch would show it (and the API server would return it)."""
-    cache.apply("pod", "ADDED", p)
-    api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = json.loads(json.dumps(p))
-    return p
-
-
-def args(p, names=("s4", "s5")):
-    return {"Pod": p, "Nodes": None, "NodeNames": list(names)}
-
-
-def bind_args(p, node):
-    m = p["metadata"]
-    return {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": node}
-
 
 def test_filter_96_units_only_on_s4000(setup):
     client, cache, api = setup
     p = pending(cache, api, pod(slice_(96, 8)))
     r = client.post("/filter", json=args(p))
     assert r.status_code == 200
-    assert r.get_json() == {"NodeNames": ["s4"], "FailedNodes": {"s5": "CardTypeMismatch"},
-                            "Error": ""}
+    # one node fits: it is the answer, and the others are not given reasons
+    assert r.get_json() == {"NodeNames": ["s4"], "FailedNodes": {}, "Error": ""}
+    body = client.post("/filter", json=args(pending(cache, api, pod(slice_(96, 8))), ["s5"])).get_json()
+    assert body == {"NodeNames": [], "FailedNodes": {"s5": "CardTypeMismatch"}, "Error": ""}
 
 
 def test_filter_128_and_160_only_on_s5000(setup):
     client, cache, api = setup
     for units in (128, 160):
         p = pending(cache, api, pod(slice_(units)))
-        body = client.post("/filter", json=args(p)).get_json()
-        assert body["NodeNames"] == ["s5"] and body["FailedNodes"] == {"s4": "CardTypeMismatch"}
+        assert client.post("/filter", json=args(p)).get_json()["NodeNames"] == ["s5"]
+        body = client.post("/filter", json=args(p, ["s4"])).get_json()
+        assert body["NodeNames"] == [] and body["FailedNodes"] == {"s4": "CardTypeMismatch"}
 
 
 def test_filter_reads_lower_case_keys_and_node_list_form(setup):
@@ -73,14 +45,15 @@ def test_filter_reads_lower_case_keys_and_node_list_form(setup):
     nodes = {"items": [mt_node("s4"), mt_node("s5", units=160)]}
     body = client.post("/filter", json={"Pod": p, "Nodes": nodes, "NodeNames": None}).get_json()
     assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["s4"]
-    assert body["NodeNames"] is None and body["FailedNodes"] == {"s5": "CardTypeMismatch"}
+    assert body["NodeNames"] is None and body["FailedNodes"] == {}
 
 
 def test_filter_unknown_node_and_bad_body(setup):
     client, cache, api = setup
     p = pending(cache, api, pod(slice_(8, 2)))
-    body = client.post("/filter", json=args(p, ["s4", "ghost"])).get_json()
-    assert body["NodeNames"] == ["s4"] and body["FailedNodes"] == {"ghost": NOT_IN_CACHE}
+    assert client.post("/filter", json=args(p, ["s4", "ghost"])).get_json()["NodeNames"] == ["s4"]
+    body = client.post("/filter", json=args(p, ["ghost"])).get_json()
+    assert body["NodeNames"] == [] and body["FailedNodes"] == {"ghost": NOT_IN_CACHE}
     r = client.post("/filter", data="not json", content_type="application/json")
     assert r.status_code == 400 and r.get_json()["Error"].startswith("bad request")
 
@@ -88,7 +61,9 @@ def test_filter_unknown_node_and_bad_body(setup):
 def test_not_synced_is_an_error(setup):
     _, _, api = setup
     cache = Cache(CONFIG, api)
-    client = create_extender_app(CONFIG, cache).test_client()
+    app = create_extender_app(CONFIG, cache)
+    app.extensions["mthreads_extender"].ready_wait = 0.05  # it waits a little for the list first
+    client = app.test_client()
     p = pod(slice_(8, 2))
     assert client.post("/filter", json=args(p)).get_json()["Error"] == NOT_SYNCED
     assert client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"] == NOT_SYNCED
@@ -119,9 +94,7 @@ def test_plain_pod_passes_every_node_and_binds_without_annotations(setup):
 
 def test_prioritize_by_node_policy(setup):
     client, cache, api = setup
-    cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
-    busy = pending(cache, api, pod(slice_(64, 8)))
-    assert client.post("/bind", json=bind_args(busy, "s4")).get_json() == {"Error": ""}
+    add_busy_node(client, cache, api, busy="s4")
     p = pending(cache, api, pod(slice_(8, 2)))
     got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
     assert got == [{"Host": "s4", "Score": 3}, {"Host": "s4b", "Score": 0}]  # binpack (default)
@@ -169,20 +142,29 @@ def test_exclusive_takes_an_idle_card(setup):
     assert body["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
 
 
-def test_bind_after_a_stale_filter_is_refused(setup):
-    """kube-scheduler filters pod b before pod a's bind arrives: the bind decides on the
-    current state and refuses, so the card is never over-committed."""
+def test_filter_counts_the_reservations_of_binds_not_arrived_yet(setup):
+    """kube-scheduler filters pod c before the binds of a and b arrive: their reservations
+    are counted, so c is refused at filter time (it waits for room) instead of being sent to
+    a node whose last card a bind then takes."""
     client, cache, api = setup
-    a = pending(cache, api, pod(whole(1, 96)))
-    b = pending(cache, api, pod(whole(1, 96)))
-    c = pending(cache, api, pod(whole(1, 96)))
+    a, b, c = (pending(cache, api, pod(whole(1, 96))) for _ in range(3))
     assert client.post("/filter", json=args(a, ["s4"])).get_json()["NodeNames"] == ["s4"]
     assert client.post("/filter", json=args(b, ["s4"])).get_json()["NodeNames"] == ["s4"]
-    assert client.post("/filter", json=args(c, ["s4"])).get_json()["NodeNames"] == ["s4"]
-    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    body = client.post("/filter", json=args(c, ["s4"])).get_json()
+    assert body["NodeNames"] == [] and body["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
     assert client.post("/bind", json=bind_args(b, "s4")).get_json() == {"Error": ""}
-    err = client.post("/bind", json=bind_args(c, "s4")).get_json()["Error"]
-    assert err == "node s4: ExclusiveDeviceAllocateConflict"
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    cards = [body["metadata"]["annotations"]["mthreads.com/gpu-index"] for _, _, body in api.bindings()]
+    assert sorted(cards) == ["0", "1"]  # each bind wrote its own reservation
+
+
+def test_bind_without_a_reservation_is_refused_when_the_cards_are_taken(setup):
+    """A bind whose reservation lapsed decides on the state of that moment: never an overcommit."""
+    client, cache, api = setup
+    a, b, c = (pending(cache, api, pod(whole(1, 96))) for _ in range(3))
+    for p in (a, b, c):
+        assert client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"] in (
+            "", "node s4: ExclusiveDeviceAllocateConflict")
     assert len(api.bindings()) == 2
 
 
@@ -273,3 +255,23 @@ def test_concurrent_binds_never_overcommit(setup):
         card, _, mem, _ = entry.rstrip(":;").split(",")
         per_card[card] = per_card.get(card, 0) + int(mem)
     assert all(v <= 96 * 512 for v in per_card.values()), per_card
+
+
+def test_a_filter_during_the_first_list_waits_for_it(setup):
+    """Just after a start kube-scheduler may call before the list is done: the call waits for
+    it (bounded) instead of answering an error, which would park the pod for up to a minute."""
+    _, _, api = setup
+    cache = Cache(CONFIG, api)
+    client = create_extender_app(CONFIG, cache).test_client()
+    p = pod(slice_(8, 2))
+
+    def listed():
+        cache.apply("node", "RESET", [mt_node("s4", cards=2, units=96)])
+        cache.apply("pod", "RESET", [p])
+    timer = threading.Timer(0.3, listed)
+    timer.start()
+    try:
+        body = client.post("/filter", json=args(p, ["s4"])).get_json()
+    finally:
+        timer.join()
+    assert body["Error"] == "" and body["NodeNames"] == ["s4"]

@@ -3,10 +3,9 @@ test API server accepts every object (server-side dry run)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
-
-import re
 
 import pytest
 import yaml
@@ -49,7 +48,8 @@ def test_scheduler_configuration(built):
     assert [p["schedulerName"] for p in conf["profiles"]] == ["hami-scheduler"]
     ext, = conf["extenders"]
     assert ext["urlPrefix"] == "http://mthreads-extender.kube-system.svc:8888"
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"], ext["bindVerb"]) == \
+        ("filter", "prioritize", "preempt", "bind")
     assert ext["nodeCacheCapable"] is True and ext["weight"] > 0
     assert {(r["name"], r["ignoredByScheduler"]) for r in ext["managedResources"]} == {
         ("mthreads.com/vgpu", True), ("mthreads.com/sgpu-memory", True), ("mthreads.com/sgpu-core", True)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes.client as k
@@ -160,7 +161,7 @@ def test_invariants_hold_under_a_few_hundred_pods(stack, admin, fleet, namespace
     print(f"\nload: {n_bound}/{len(pods)} pods bound, {held}/{len(caps)} cards in use, "
           f"{mem:.0%} of the memory allocated")
     # The fleet is loaded, not idle (so the check above had something to check). Not every card:
-    # a pod whose bind lost a race waits for kube-scheduler's 60 s retry (docs/extender.md).
+    # random shapes leave room no pending pod fits.
     assert held >= len(caps) * 3 // 4 and mem > 0.6, (held, mem)
     # free a third and add more: the pending ones and the new ones fill the room again
     core = k.CoreV1Api(admin)
@@ -172,3 +173,69 @@ def test_invariants_hold_under_a_few_hundred_pods(stack, admin, fleet, namespace
     pods = settle(admin, namespace, names)
     check(pods, caps)
     assert "Traceback" not in stack[0].log_path.read_text(errors="replace")
+
+
+def test_a_burst_that_fills_every_card_binds_without_a_retry(stack, admin, fleet, namespace):
+    """Twelve slices created at once fill two nodes' four cards exactly. Each filter reserves
+    its cards, so a pod filtered before the previous pod's bind arrives is never sent to a
+    node whose last room that bind takes: all bind well within kube-scheduler's 60 s flush of
+    its unschedulable queue (the time a lost race used to cost)."""
+    nodes = fleet(2, 96, count=2)
+    t0 = time.monotonic()
+    names = create_many(admin, namespace, [pod(slice_(32, 4, name="a")) for _ in range(12)],
+                        fleet.selector)
+    placed = [wait_for(lambda n=n: bound(admin, namespace, n), 45, what=f"{n} bound") for n in names]
+    took = time.monotonic() - t0
+    totals = check(list_pods(admin, namespace), capacities({n: (2, 96) for n in nodes}))
+    assert {c: t[0] for c, t in totals.items()} == {c: 96 * 512 for c in capacities({n: (2, 96) for n in nodes})}
+    print(f"\n12 pods bound in {took:.1f} s")
+    assert all(card_of(p).startswith(p["spec"]["nodeName"]) for p in placed)
+
+
+@pytest.fixture
+def priorities(admin):
+    """PriorityClasses low (10) and high (1000) for one test; deleted afterwards."""
+    tag = uuid.uuid4().hex[:6]
+    api = k.SchedulingV1Api(admin)
+    made = {}
+    for level, value in (("low", 10), ("high", 1000)):
+        name = f"{level}-{tag}"
+        api.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                   "metadata": {"name": name}, "value": value})
+        made[level] = name
+    yield made
+    for name in made.values():
+        api.delete_priority_class(name)
+
+
+def test_preemption_frees_the_cards_of_lower_priority_pods(stack, admin, fleet, namespace, priorities):
+    """kube-scheduler 1.20 preempts through the extender's `preempt` verb: the high-priority
+    pod that fits nowhere gets the card of the evicted low-priority pods; a pod of equal
+    priority holding the other node's card is never a victim. No kubelet runs, so the test
+    finishes the Terminating victims as a kubelet would (a forced delete)."""
+    s4a, = fleet(1, 96)
+    s4b, = fleet(1, 96)
+    low = {"priorityClassName": priorities["low"]}
+    high = {"priorityClassName": priorities["high"]}
+    core = k.CoreV1Api(admin)
+    victims = [create(admin, namespace, pod(slice_(64, 8, name="a"), name="low-a"), {"kubernetes.io/hostname": s4a}, low),
+               create(admin, namespace, pod(slice_(32, 8, name="a"), name="low-b"), {"kubernetes.io/hostname": s4a}, low)]
+    peer = create(admin, namespace, pod(whole(1, 96, name="a"), name="peer"),
+                  {"kubernetes.io/hostname": s4b}, high)
+    for n in victims + [peer]:
+        wait_for(lambda n=n: bound(admin, namespace, n), 30, what=f"{n} bound")
+    card = card_of(get(admin, namespace, "low-a"))
+    assert card == card_of(get(admin, namespace, "low-b")) == f"{s4a}-mthreads-0"
+    urgent = create(admin, namespace, pod(whole(1, 96, name="a"), name="urgent"), fleet.selector, high)
+
+    def terminating():
+        got = [get(admin, namespace, n) for n in victims]
+        return got if all(p["metadata"].get("deletionTimestamp") for p in got) else None
+    wait_for(terminating, 60, what="kube-scheduler to evict the low-priority pods")
+    assert not get(admin, namespace, peer)["metadata"].get("deletionTimestamp")
+    for n in victims:  # the kubelet's part: the containers stopped, the pod object goes
+        core.delete_namespaced_pod(n, namespace, grace_period_seconds=0)
+    placed = wait_for(lambda: bound(admin, namespace, urgent), 60, what="the high-priority pod bound")
+    assert placed["spec"]["nodeName"] == s4a and card_of(placed) == card
+    assert not get(admin, namespace, peer)["metadata"].get("deletionTimestamp")
+    check(list_pods(admin, namespace), capacities({s4a: (1, 96), s4b: (1, 96)}))

@@ -33,6 +33,7 @@ def scheduler_config(kubeconfig: Path, extender_url: str, healthz_port: int) -> 
             "urlPrefix": extender_url,
             "filterVerb": "filter",
             "prioritizeVerb": "prioritize",
+            "preemptVerb": "preempt",
             "bindVerb": "bind",
             "weight": 10,
             "enableHTTPS": False,
@@ -63,8 +64,9 @@ class Process(LoggedProcess):
         return _up(self.health_url)
 
 
-def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str):
-    """(extender, kube-scheduler), both started; the caller waits for them to be healthy."""
+def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2):
+    """(extender, kube-scheduler), both started; the caller waits for them to be healthy.
+    `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1)."""
     ext_port, sched_port = free_ports(2)
     config = workdir / "config.yaml"
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
@@ -77,6 +79,6 @@ def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str):
         cluster.kubeconfig(admin_user), f"http://127.0.0.1:{ext_port}", sched_port)))
     scheduler = Process(
         [str(cluster.kube_scheduler_path), f"--config={sched_config}", "--secure-port=0",
-         "--v=2"],
+         f"--v={verbosity}"],
         workdir / "kube-scheduler.log", f"http://127.0.0.1:{sched_port}/healthz").start()
     return extender, scheduler

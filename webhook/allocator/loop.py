@@ -29,6 +29,7 @@ from ..scheduling import reasons
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import PodCache, name_of, uid_of
 from ..scheduling.decide import NoFit, Placement, decide
+from ..scheduling.priority import pod_priority
 from ..scheduling.request import request_of
 from .metrics import Metrics
 
@@ -37,6 +38,12 @@ log = logging.getLogger(__name__)
 RETRY_BACKSTOP = 30.0  # retry an unschedulable pod at least this often even if nothing changed
 ERROR_RETRY = 2.0  # after a failed write
 REREAD_EVERY = 1.0  # seconds between re-reads of one pod whose binding outcome is unknown
+
+
+def queue_order(pod: dict) -> tuple:
+    """kube-scheduler's queue order: higher `spec.priority` first, then the older pod (name
+    breaks ties). No preemption here: a pod that fits nowhere waits (docs/allocator.md)."""
+    return (-pod_priority(pod), pod["metadata"].get("creationTimestamp") or "", name_of(pod))
 
 
 @dataclass(frozen=True)
@@ -139,9 +146,7 @@ class Allocator:
         bound = 0
         now = time.monotonic()
         pending = self.cache.pending
-        order = sorted(pending.values(), key=lambda p: (
-            p["metadata"].get("creationTimestamp") or "", name_of(p)))
-        for pod in order:
+        for pod in sorted(pending.values(), key=queue_order):
             uid = uid_of(pod)
             if uid not in pending or not self._due(uid, now):
                 continue

@@ -1,4 +1,5 @@
-"""The extender's HTTP endpoints: POST /filter, /prioritize, /bind; GET /healthz, /readyz.
+"""The extender's HTTP endpoints: POST /filter, /prioritize, /preempt, /bind; GET /healthz,
+/readyz.
 
 `create_extender_app(config, state_source)` takes the state source (a `cache.Cache`, started
 or fed by hand) so that the handlers can be tested with Flask's test client.
@@ -6,11 +7,11 @@ or fed by hand) so that the handlers can be tested with Flask's test client.
 Concurrency: kube-scheduler decides one pod at a time (filter, prioritize), but binds in the
 background, so the filter of the next pod may run before, during or after the bind of the
 previous one; several binds may be in flight at once. The rule that keeps the cards from
-being handed out twice: **the cards are chosen at bind time, under the lock, on the state
-that already counts every share chosen before** (assumed before the write is sent, dropped
-again only when the write is known not to have happened). The filter is an optimistic
-answer on the state of that moment; when a bind finds the node's cards taken since, it
-answers an error, kube-scheduler forgets its assumption and retries the pod later.
+being handed out twice and a pod from losing a race: **the filter chooses the node and the
+cards under the lock and reserves them** (an assumed share, counted by every later filter
+and bind), answering that one node; the bind writes the reservation. A bind that finds no
+reservation for its node (lapsed, or kube-scheduler chose another node) decides on the
+state of that moment, as before, and answers an error if the cards are taken since.
 """
 
 from __future__ import annotations
@@ -33,20 +34,46 @@ from . import wire
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
+# A call that comes while the extender is still listing (just started) waits this long for it:
+# an error would park the pod in kube-scheduler's unschedulable queue for up to a minute.
+READY_WAIT = 5.0  # seconds, below the configured httpTimeout (10 s)
 
 
 class Extender:
     def __init__(self, config: Config, source):
         self.config, self.source = config, source
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
+        self.ready_wait = READY_WAIT
 
     def filter(self, body) -> dict:
         args = wire.extender_args(body)
-        if not self.source.ready():
+        if not self.source.wait_ready(self.ready_wait):
             return wire.filter_error(NOT_SYNCED)
         ask = request_of(args.pod, self.config, self.fleet)
-        fits, failed = self.source.filter(args.pod, ask, args.node_names)
-        return wire.filter_result(args, fits, failed)
+        if ask.need is None or ask.invalid:  # no card to choose: every node's answer
+            fits, failed = self.source.filter(args.pod, ask, args.node_names)
+            return wire.filter_result(args, fits, failed)
+        result = self.source.reserve(args.pod, ask, args.node_names)
+        if isinstance(result, str):
+            return wire.filter_error(result)
+        chosen, failed = result
+        # The one node chosen; the other fitting nodes are left out without a reason (1.20
+        # takes the answer's nodes as the feasible ones), so kube-scheduler binds there.
+        return wire.filter_result(args, [chosen.node] if chosen else [], failed)
+
+    def preempt(self, body) -> dict:
+        args = wire.preemption_args(body)
+        if not self.source.wait_ready(self.ready_wait):
+            return wire.preemption_result({})
+        ask = request_of(args.pod, self.config, self.fleet)
+        if ask.need is None or ask.invalid:  # the cards are not what keeps it out
+            return wire.preemption_result(args.victims if not ask.invalid else {})
+        chosen = self.source.victims(args.pod, ask, args.victims)
+        meta = args.pod["metadata"]
+        log.info("preempt %s/%s: %s", meta.get("namespace"), meta.get("name"), "; ".join(
+            f"{node}: {len(uids)} victim(s)" for node, (uids, _) in sorted(chosen.items()))
+            or "no node where evicting lower-priority pods frees the cards")
+        return wire.preemption_result(chosen)
 
     def prioritize(self, body) -> list[dict]:
         args = wire.extender_args(body)
@@ -56,8 +83,12 @@ class Extender:
     def bind(self, body) -> dict:
         b = wire.binding_args(body)
         who = f"{b.namespace}/{b.name}"
-        if not self.source.ready():
+        if not self.source.wait_ready(self.ready_wait):
             return wire.binding_result(NOT_SYNCED)
+        reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node)
+        if reserved is not None:
+            pod, placement = reserved
+            return self._write(b, pod, placement, True)
         pod = self._pod(b)
         if isinstance(pod, str):
             return wire.binding_result(pod)
@@ -133,6 +164,10 @@ def create_extender_app(config: Config, state_source) -> Flask:
     @app.post("/prioritize")
     def prioritize():
         return handle(ext.prioritize)
+
+    @app.post("/preempt")
+    def preempt():
+        return handle(ext.preempt)
 
     @app.post("/bind")
     def bind():

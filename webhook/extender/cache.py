@@ -5,6 +5,12 @@ kube-scheduler sends node names only, so the extender keeps the nodes and the bo
 shares itself (it is node-cache capable). The handlers run on gunicorn's threads and the
 watch events are applied on this cache's thread; every read and change of the pod cache
 happens inside one method here, under the lock; the API calls are made outside it.
+
+Reservations: the filter chooses the node and the cards and counts them at once (an assumed
+share with no write under way, `RESERVE_FOR` seconds to live); the bind writes that choice.
+A reservation ends when the bind takes it, when the pod is seen bound (its real share
+replaces it, on that node or another), deleted, filtered again, bound for another node, or
+when its time is up (checked on the cache thread, every half second).
 """
 
 from __future__ import annotations
@@ -12,18 +18,38 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import dataclass
 
 from ..config import Config
 from ..kube.api import Api
 from ..kube.binder import read_pod
 from ..kube.informer import Informer, watch_cluster
-from ..scheduling.cache import PodCache
+from ..scheduling.cache import PodCache, uid_of
 from ..scheduling.decide import Placement
+from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
 from ..scheduling.shares import PodShare
-from .decisions import choose, filter_nodes, scores
+from .decisions import choose, filter_nodes, pick, scores
+from .preemption import Holder, victims_on
 
 RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
+RESERVE_FOR = 30.0  # seconds a filter's choice is held for the bind that writes it
+IN_DOUBT = "an earlier binding of the pod is being written or its outcome is unknown"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    placement: Placement
+    pod: dict  # as the filter got it, for the bind's write
+    until: float  # monotonic
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What preemption reads of a live pod (the shares say what it holds)."""
+
+    priority: int
+    terminating: bool
 
 
 class Cache:
@@ -35,8 +61,11 @@ class Cache:
         self.lock = threading.RLock()
         self.pods = PodCache(config.mthreads)
         self.bound = self.pods.bound  # the bound pods' cards, for HAMi's metrics
+        self.reservations: dict[str, Reservation] = {}
+        self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of live pods
         self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
+        self.synced = threading.Event()  # nodes and pods listed
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
 
@@ -61,6 +90,10 @@ class Cache:
         with self.lock:
             return self.pods.ready
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether nodes and pods are listed, waiting up to `timeout` seconds for it."""
+        return self.synced.wait(timeout)
+
     def _run(self) -> None:
         last_resolve = time.monotonic()
         while not self.stopped.is_set():
@@ -76,6 +109,7 @@ class Cache:
                             self.apply(*self.events.get_nowait()[1:])
                         except queue.Empty:
                             break
+            self.expire(time.monotonic())
             if time.monotonic() - last_resolve > RESOLVE_EVERY:
                 last_resolve = time.monotonic()
                 with self.lock:
@@ -86,9 +120,94 @@ class Cache:
     def apply(self, kind: str, event: str, obj) -> None:
         with self.lock:
             self.pods.apply(kind, event, obj)
+            if self.pods.ready:
+                self.synced.set()
+            if kind != "pod":
+                return
+            if event == "RESET":
+                self.facts = {uid_of(p): _facts(p) for p in obj}
+            elif event == "DELETED":
+                self.facts.pop(uid_of(obj), None)
+            else:
+                self.facts[uid_of(obj)] = _facts(obj)
+
+    # reservations
+    def _reserved(self, uid: str) -> Reservation | None:
+        """The pod's reservation if it still holds (its share is the one assumed)."""
+        r = self.reservations.get(uid)
+        if r is not None and self.pods.assumed.get(uid) is not r.placement.share:
+            del self.reservations[uid]  # seen bound, deleted, or dropped by a relist
+            return None
+        return r
+
+    def _release(self, uid: str) -> bool:
+        r = self._reserved(uid)
+        if r is None:
+            return False
+        del self.reservations[uid]
+        self.pods.bind_failed(r.placement.share, r.pod)  # nothing was written: drop it
+        return True
+
+    def expire(self, now: float) -> int:
+        """Release the reservations whose time is up; returns how many."""
+        with self.lock:
+            due = [uid for uid, r in self.reservations.items() if r.until <= now]
+            return sum(self._release(uid) for uid in due)
+
+    def reserve(self, pod: dict, ask: PodAsk, names: list[str]
+                ) -> tuple[Placement | None, dict[str, str]] | str:
+        """The filter's choice among `names`, reserved; or why the pod cannot be filtered now."""
+        uid = uid_of(pod)
+        with self.lock:
+            self._release(uid)  # a new filter of the pod replaces its reservation
+            if uid in self.pods.assumed:
+                return IN_DOUBT
+            chosen, failed = pick(pod, ask, names, self.pods.state, self.config)
+            if chosen is not None:
+                self.pods.assume(chosen.share, writing=False)
+                self.reservations[uid] = Reservation(chosen, pod, time.monotonic() + RESERVE_FOR)
+            return chosen, failed
+
+    def take_reservation(self, uid: str, namespace: str, name: str,
+                         node: str) -> tuple[dict, Placement] | None:
+        """The pod and the placement reserved for it on `node`, now being written; None if it
+        has none (expired, gone) or it was for another node (then it is released)."""
+        with self.lock:
+            r = self._reserved(uid)
+            if r is None:
+                return None
+            meta = r.pod["metadata"]
+            if r.placement.node != node or r.until <= time.monotonic() or \
+                    (meta.get("namespace"), meta.get("name")) != (namespace, name):
+                self._release(uid)
+                return None
+            del self.reservations[uid]
+            self.pods.in_flight.add(uid)  # the reserved share is now a write under way
+            return r.pod, r.placement
+
+    # preemption
+    def victims(self, pod: dict, ask: PodAsk, proposed: dict[str, tuple[list[str], int]]
+                ) -> dict[str, tuple[list[str], int]]:
+        """Per node kube-scheduler proposes: its victims plus the card holders to evict, or
+        the node left out when no set of lower-priority pods frees room."""
+        out = {}
+        with self.lock:
+            state = self.pods.state
+            holders: dict[str, dict[str, Holder]] = {n: {} for n in proposed}
+            for uid, share in state.shares.items():
+                on = holders.get(share.node)
+                if on is not None and uid not in self.pods.assumed:
+                    f = self.facts.get(uid) or PodFacts(0, False)
+                    on[uid] = Holder(share, f.priority, f.terminating)
+            for node, (uids, pdb) in proposed.items():
+                chosen = victims_on(pod, ask, node, state, self.config, holders[node], uids)
+                if chosen is not None:
+                    out[node] = (chosen, pdb)
+        return out
 
     # the handlers' questions
     def filter(self, pod: dict, ask: PodAsk, names: list[str]) -> tuple[list[str], dict[str, str]]:
+        """Every node's answer, reserving nothing (pods without a card to choose)."""
         with self.lock:
             return filter_nodes(pod, ask, names, self.pods.state, self.config)
 
@@ -142,3 +261,7 @@ class Cache:
         status, pod = self.read_pod(namespace, name)
         with self.lock:
             return self.pods.resolved(uid, status, pod), status, pod
+
+
+def _facts(pod: dict) -> PodFacts:
+    return PodFacts(pod_priority(pod), bool((pod.get("metadata") or {}).get("deletionTimestamp")))

@@ -1,7 +1,7 @@
-"""The extender's three answers as plain functions of the pod and the indexed state.
+"""The extender's answers as plain functions of the pod and the indexed state.
 
-They reuse the allocator's decision layer as it is: the card checks and card policy
-(`card_fit.fit_cards`), the node score (`score.node_used`), the policies (`score.policies`),
+They reuse the allocator's decision layer as it is: the card checks, allocatable and card
+policy (`allocatable.fit_node`), the node score (`score.node_used`), the policies (`score.policies`),
 and the annotation content (`decide.placement`). kube-scheduler owns every node-level rule
 (taints, selectors, affinities, cpu/memory, topology spread, volumes); the extender only
 answers "can this node's cards serve the pod, and which cards".
@@ -12,10 +12,11 @@ from __future__ import annotations
 from ..config import Config
 from ..pods import Kind
 from ..scheduling.allocatable import fit_node, for_node
+from ..scheduling.card_fit import least_card, may_fit
 from ..scheduling.decide import Placement, placement
 from ..scheduling.inventory import Card
 from ..scheduling.resources import pod_requests
-from ..scheduling.score import node_used, policies
+from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.request import PodAsk
 from ..scheduling.state import ClusterState
 
@@ -50,6 +51,39 @@ def filter_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
         else:
             failed[name] = reason
     return fits, failed
+
+
+def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+         config: Config) -> tuple[Placement | None, dict[str, str]]:
+    """The filter's choice among the nodes kube-scheduler passed: the node the node policy
+    picks among those whose cards fit, with the cards the card policy picks there, and no
+    reasons (the other nodes are simply not chosen); or None and {node: reason} for every node
+    when none fits."""
+    node_policy, gpu_policy = policies(pod, config)
+    if ask.need is not None and not ask.invalid:
+        # The nodes in the policy's order: the first of kube-scheduler's that fits is the one
+        # the policy picks among them (as decide's first fit), so a filter reads a few nodes.
+        given = set(names)
+        for name in state.in_order(node_policy, *least_card(ask.need)):
+            if name not in given or not may_fit(ask.need, state.room[name]) \
+                    or state.node_held_whole(name):
+                continue
+            reason, cards = fit_node(ask.need, ask.devices, state.nodes[name], state, gpu_policy)
+            if reason is None:
+                return placement(pod, ask.request, name, cards, pod_requests(pod), ask.devices), {}
+    fitting: dict[str, tuple[Card, ...]] = {}
+    failed: dict[str, str] = {}
+    for name in names:
+        reason, cards = cards_on(pod, ask, name, state, config)
+        if reason is None:
+            fitting[name] = cards
+        else:
+            failed[name] = reason
+    if not fitting:
+        return None, failed
+    kind = ask.request.kind if ask.request is not None else Kind.NONE
+    node = best_node([state.nodes[n] for n in fitting], state, kind, node_policy).name
+    return placement(pod, ask.request, node, fitting[node], pod_requests(pod), ask.devices), failed
 
 
 def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,

@@ -68,6 +68,48 @@ def binding_args(body) -> BindingArgs:
     return BindingArgs(*values)
 
 
+@dataclass(frozen=True)
+class PreemptionArgs:
+    pod: dict
+    victims: dict[str, tuple[list[str], int]]  # node -> (victim uids, PDB violations)
+
+
+def preemption_args(body) -> PreemptionArgs:
+    """`ExtenderPreemptionArgs`: `NodeNameToMetaVictims` (uids, sent to a node-cache capable
+    extender) or `NodeNameToVictims` (whole pods)."""
+    if not isinstance(body, dict):
+        raise WireError("the body is not a JSON object")
+    pod = _field(body, "Pod")
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise WireError("Pod is missing")
+    meta, full = _field(body, "NodeNameToMetaVictims"), _field(body, "NodeNameToVictims")
+    given = meta if meta is not None else full
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        raise WireError("NodeNameToMetaVictims is not a map of node names")
+    victims: dict[str, tuple[list[str], int]] = {}
+    for node, v in given.items():
+        if not isinstance(v, dict):
+            raise WireError(f"the victims of node {node} are not an object")
+        pods = _field(v, "Pods") or []
+        if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+            raise WireError(f"the victims of node {node}: Pods is not a list of objects")
+        uids = [_field(p, "UID") if meta is not None else (p.get("metadata") or {}).get("uid")
+                for p in pods]
+        if not all(isinstance(u, str) and u for u in uids):
+            raise WireError(f"the victims of node {node}: a pod without a UID")
+        pdb = _field(v, "NumPDBViolations") or 0
+        victims[node] = (uids, pdb if isinstance(pdb, int) else 0)
+    return PreemptionArgs(pod, victims)
+
+
+def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict:
+    return {"NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb}
+        for node, (uids, pdb) in victims.items()}}
+
+
 def filter_result(args: ExtenderArgs, fits: list[str], failed: dict[str, str],
                   error: str = "") -> dict:
     out: dict = {"NodeNames": fits, "FailedNodes": failed, "Error": error}

@@ -5,7 +5,8 @@ extender under its own lock). The life of a pod, as kube-scheduler's cache has i
 
 - the watch shows it unbound: `pending` (the allocator only keeps its own scheduler's pods);
 - a card is chosen: `assume` counts its share at once, before the binding is written, so the
-  next decision sees it; the pod leaves `pending`;
+  next decision sees it; the pod leaves `pending` (the extender's reservations are assumed
+  shares with no write under way, dropped with `bind_failed` when they lapse);
 - the write's outcome: `bind_ok` (keep counting until the watch confirms), `bind_failed`
   (nothing was written: the share is dropped and the pod waits again), `bind_unknown` (it may
   have happened: the share is held and the pod is `uncertain` until a read tells);
@@ -142,10 +143,12 @@ class PodCache:
         self.bound.gone(uid)
 
     # our bindings
-    def assume(self, share: PodShare) -> None:
+    def assume(self, share: PodShare, writing: bool = True) -> None:
+        """`writing` False: a reservation (the extender's filter), no write under way yet."""
         self.pending.pop(share.uid, None)
         self.assumed[share.uid] = share
-        self.in_flight.add(share.uid)
+        if writing:
+            self.in_flight.add(share.uid)
         self.state.add(share)
 
     def bind_ok(self, share: PodShare) -> None:

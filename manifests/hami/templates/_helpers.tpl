@@ -127,6 +127,8 @@ extenders:
   - urlPrefix: http://mthreads-extender.{{ .Release.Namespace }}.svc:8888
     filterVerb: filter
     prioritizeVerb: prioritize
+    # Preemption that knows the cards: the extender names the card holders to evict.
+    preemptVerb: preempt
     bindVerb: bind
     # Extender scores (0-10) are multiplied by 10 and by this weight: 10 lets the card-aware
     # node policy outweigh the cpu/memory spreading of the default score plugins.

@@ -1,0 +1,49 @@
+"""The extender's messages as kube-scheduler 1.20 sends them, and a cache fed by hand, for the
+handler tests (the Go structs have no json tags: the keys are the Go field names)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.builders import mt_node, sched_pod, slice_
+from tests.harness.fake_api import FakeApi
+from webhook.config import parse_config
+from webhook.extender.app import create_extender_app
+from webhook.extender.cache import Cache
+
+CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
+
+
+def handler_setup():
+    """(Flask test client, the cache with nodes s4 (2 S4000 cards) and s5 (2 S5000), fake API)."""
+    api = FakeApi()
+    cache = Cache(CONFIG, api)
+    nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
+    cache.apply("node", "RESET", nodes)
+    cache.apply("pod", "RESET", [])
+    app = create_extender_app(CONFIG, cache)
+    return app.test_client(), cache, api
+
+
+def pending(cache, api, p):
+    """A pending pod as the watch would show it (and the API server would return it)."""
+    cache.apply("pod", "ADDED", p)
+    api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = json.loads(json.dumps(p))
+    return p
+
+
+def args(p, names=("s4", "s5")):
+    return {"Pod": p, "Nodes": None, "NodeNames": list(names)}
+
+
+def bind_args(p, node):
+    m = p["metadata"]
+    return {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": node}
+
+
+def add_busy_node(client, cache, api, busy: str) -> None:
+    """A second S4000 node s4b (2 cards), and a 64-unit slice bound through the extender on
+    `busy` (s4 or s4b)."""
+    cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
+    p = pending(cache, api, sched_pod(slice_(64, 8)))
+    assert client.post("/bind", json=bind_args(p, busy)).get_json() == {"Error": ""}

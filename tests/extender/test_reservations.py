@@ -1,0 +1,145 @@
+"""Reservations: the filter chooses the node and cards and holds them for the bind, so a pod
+filtered before an earlier pod's bind arrives never loses the race (docs/extender.md)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.extender.messages import add_busy_node, args, bind_args, pending
+from webhook.extender.cache import RESERVE_FOR, IN_DOUBT
+
+ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
+
+
+def filtered(client, p, names=("s4", "s5")):
+    return client.post("/filter", json=args(p, names)).get_json()
+
+
+def bound_copy(p, node, allocated):
+    b = json.loads(json.dumps(p))
+    b["spec"]["nodeName"] = node
+    b["metadata"]["annotations"][ALLOCATED] = allocated
+    return b
+
+
+def test_filter_answers_one_node_and_reserves_its_cards(setup):
+    client, cache, api = setup
+    add_busy_node(client, cache, api, busy="s4b")
+    p = pending(cache, api, pod(slice_(96, 4)))
+    body = filtered(client, p, ["s4", "s4b", "s5"])
+    # binpack (default): the busier S4000 node; s4 fits too, s5 does not: no reasons given
+    assert body == {"NodeNames": ["s4b"], "FailedNodes": {}, "Error": ""}
+    uid = p["metadata"]["uid"]
+    assert cache.state.shares[uid].node == "s4b" and uid in cache.reservations
+    assert client.post("/bind", json=bind_args(p, "s4b")).get_json() == {"Error": ""}
+    _, (_, _, second) = api.bindings()
+    assert second["target"]["name"] == "s4b" and uid not in cache.reservations
+    # card spread (default): the idle card of the node
+    assert second["metadata"]["annotations"][ALLOCATED] == "s4b-mthreads-1,Mthreads,49152,4:;"
+
+
+def test_bind_writes_the_cards_the_filter_reserved(setup):
+    """The card the filter chose is the one written, even if the state changed since."""
+    client, cache, api = setup
+    p = pending(cache, api, pod(slice_(32, 4)))
+    assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
+    card = cache.state.shares[p["metadata"]["uid"]].cards[0].card
+    assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
+    ann = api.bindings()[-1][2]["metadata"]["annotations"]
+    assert ann[ALLOCATED] == f"{card},Mthreads,16384,4:;"
+
+
+def test_bind_on_another_node_releases_and_decides_there(setup):
+    client, cache, api = setup
+    cache.apply("node", "ADDED", mt_node("s4b", cards=1, units=96))
+    p = pending(cache, api, pod(whole(1, 96)))
+    assert filtered(client, p, ["s4", "s4b"])["NodeNames"] == ["s4"]  # idle both: by name
+    uid = p["metadata"]["uid"]
+    assert client.post("/bind", json=bind_args(p, "s4b")).get_json() == {"Error": ""}
+    assert api.bindings()[-1][2]["target"]["name"] == "s4b"
+    assert cache.state.card("s4-mthreads-0").idle and cache.state.shares[uid].node == "s4b"
+
+
+def test_a_new_filter_of_the_pod_replaces_its_reservation(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(whole(1, 96)))
+    assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
+    assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]  # its own reservation does not block it
+    held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
+    assert len(held) == 1 and len(cache.reservations) == 1
+
+
+def test_an_abandoned_reservation_lapses(setup):
+    """kube-scheduler may drop the pod after the filter (a later plugin refused it): the
+    reservation is released when its time is up, and a later bind decides afresh."""
+    client, cache, api = setup
+    a, b = pending(cache, api, pod(whole(2, 96))), pending(cache, api, pod(whole(1, 96)))
+    assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
+    assert filtered(client, b, ["s4"])["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
+    now = min(r.until for r in cache.reservations.values())
+    assert cache.expire(now - 1) == 0
+    assert cache.expire(now) == 1 and not cache.reservations and not cache.pods.assumed
+    assert cache.state.card("s4-mthreads-0").idle and cache.state.card("s4-mthreads-1").idle
+    assert a["metadata"]["uid"] in cache.pods.pending  # waits again, as before the filter
+    assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
+    assert 5 <= RESERVE_FOR <= 60
+    # the late bind of a: no reservation, decided on the state: b's reservation holds a card
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json()["Error"] == \
+        "node s4: ExclusiveDeviceAllocateConflict"
+
+
+def test_reservation_ends_when_the_pod_is_seen_bound_or_deleted(setup):
+    client, cache, api = setup
+    a = pending(cache, api, pod(slice_(32, 4)))
+    b = pending(cache, api, pod(slice_(32, 4)))
+    assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
+    assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
+    # a is bound elsewhere (another scheduler): its real share replaces the reservation
+    elsewhere = bound_copy(a, "s4", "s4-mthreads-1,Mthreads,8192,2:;")
+    api.pods[("default", a["metadata"]["name"])] = elsewhere
+    cache.apply("pod", "MODIFIED", elsewhere)
+    assert cache.state.shares[a["metadata"]["uid"]].cards[0].memory_mib == 8192
+    assert cache.expire(float("inf")) == 1  # only b's is left to lapse
+    assert cache.state.card("s4-mthreads-1").memory_mib == 8192
+    # b is deleted while reserved
+    assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
+    cache.apply("pod", "DELETED", b)
+    assert b["metadata"]["uid"] not in cache.state.shares
+    assert cache.expire(float("inf")) == 0 and not cache.reservations
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json()["Error"].endswith("already bound to s4")
+
+
+def test_a_relist_keeps_the_reservations_of_unbound_pods(setup):
+    client, cache, api = setup
+    a = pending(cache, api, pod(whole(1, 96)))
+    assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
+    cache.apply("pod", "RESET", [a])
+    assert not cache.state.card("s4-mthreads-0").idle
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+
+
+def test_filter_of_a_pod_whose_write_is_in_doubt_is_an_error(setup):
+    client, cache, api = setup
+    p = pending(cache, api, pod(whole(1, 96)))
+    api.raise_error = True
+    assert "outcome unknown" in client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
+    assert filtered(client, p, ["s4"])["Error"] == IN_DOUBT
+
+
+def test_a_burst_of_filters_and_binds_never_overcommits(setup):
+    """Filters of many pods before any bind: each reserves, none is refused at bind time,
+    and the reserved cards never exceed a card."""
+    client, cache, api = setup
+    pods = [pending(cache, api, pod(slice_(32, 6))) for _ in range(8)]
+    chosen = {p["metadata"]["uid"]: filtered(client, p, ["s4"])["NodeNames"] for p in pods}
+    placed = [p for p in pods if chosen[p["metadata"]["uid"]]]
+    assert len(placed) == 4  # 2 cards x 2 slices of 32 units + 6 cores (16 cores a card)
+    for p in placed:
+        node, = chosen[p["metadata"]["uid"]]
+        assert client.post("/bind", json=bind_args(p, node)).get_json() == {"Error": ""}
+    per_card: dict[str, int] = {}
+    for _, _, body in api.bindings():
+        card, _, mem, _ = body["metadata"]["annotations"][ALLOCATED].rstrip(":;").split(",")
+        per_card[card] = per_card.get(card, 0) + int(mem)
+    assert all(v <= 96 * 512 for v in per_card.values()), per_card
