@@ -6,13 +6,13 @@ import os
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import requests
 
 from tests.harness.kube import free_ports
 from tests.harness.process import log_tail, stop_process
+from tests.harness.wait import wait_for
 
 CLI = [sys.executable, "-m", "webhook.cli"]
 
@@ -46,18 +46,14 @@ class WebhookProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{log_tail(self.log)}")
-            try:
-                if self.session.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"webhook not ready in {timeout}s:\n{log_tail(self.log)}")
+        try:
+            wait_for(lambda: self.session.get(f"{self.url}/readyz", timeout=1).status_code == 200,
+                     timeout, 0.1, what="the webhook's /readyz", alive=self.proc,
+                     retry_on=(requests.RequestException,))
+        except AssertionError as e:
+            self.stop()
+            raise RuntimeError(f"{e}:\n{log_tail(self.log)}") from None
+        return self
 
     def post(self, path: str, body, **kw) -> requests.Response:
         return self.session.post(f"{self.url}{path}", json=body, timeout=10, **kw)
