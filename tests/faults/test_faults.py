@@ -122,9 +122,7 @@ class Rig:
         return self.alloc
 
     def wait_leading(self, timeout: float = 30) -> float:
-        t0 = time.monotonic()
-        self.alloc.wait_leading(timeout)
-        return time.monotonic() - t0
+        return self.alloc.wait_leading(timeout)
 
     def delete_lease(self) -> None:
         r = self.admin.request(
