@@ -158,4 +158,4 @@ def test_a_refused_binding_gives_its_cards_back(admin, kube_cluster, fleet, name
         alloc.stop(timeout=10)
         rbac.delete_cluster_role_binding(name)
         rbac.delete_cluster_role(name)
-        print("--- alice.log (tail) ---\n" + "\n".join(alloc.log().splitlines()[-20:]))
+        print(f"--- alice.log (tail) ---\n{alloc.tail(20)}")

@@ -12,6 +12,7 @@ import pytest
 from tests.builders import sched_pod as pod, slice_, whole
 from tests.harness.invariants import check as check_capacity
 from tests.harness.kube import list_pods
+from tests.harness.wait import wait_for
 from .test_cluster import create
 
 pytestmark = pytest.mark.cluster
@@ -71,19 +72,22 @@ def test_random_pods_with_restarts_and_kills(admin, fleet, namespace, start_allo
         if i % 40 == 39:
             check()
     # free room until every pod has been bound once
-    deadline = time.monotonic() + 200
-    while time.monotonic() < deadline:
-        last = len(ever_bound)
-        time.sleep(2)
+    bound_before: int | None = None  # ever_bound's size at the previous look, 2 s before
+
+    def all_bound_once() -> bool:
+        nonlocal bound_before
         pods = check()
-        pending = [p for p in pods if not p["spec"].get("nodeName")]
-        if not pending:
-            break
-        if len(ever_bound) == last:  # settled: delete a batch of bound pods
+        if not [p for p in pods if not p["spec"].get("nodeName")]:
+            return True
+        if len(ever_bound) == bound_before:  # settled: delete a batch of bound pods
             victims = [p for p in pods if p["spec"].get("nodeName")]
             rng.shuffle(victims)
             for p in victims[:25]:
                 core.delete_namespaced_pod(p["metadata"]["name"], namespace, grace_period_seconds=0)
+        bound_before = len(ever_bound)
+        return False
+
+    wait_for(all_bound_once, 200, 2, what=lambda: f"{PODS - len(ever_bound)} pods never bound")
     elapsed = time.monotonic() - t0
     assert len(ever_bound) == PODS, f"{PODS - len(ever_bound)} pods never bound"
     print(f"{PODS} pods, {checks} capacity checks, all bound in {elapsed:.0f}s")

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,8 @@ import yaml
 from tests.chart.helm import CHART, EXAMPLES, REPO_ROOT, helm, render
 from tests.harness.kube import ADMIN, ALICE, LocalCluster
 from tests.harness.kubectl import kubectl
+from tests.harness.process import LoggedProcess
+from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -106,30 +107,19 @@ def webhook_in_netns(config: Path, tls: Path):
         ip("-n", netns, "link", "set", ns_if, "up")
         ip("-n", netns, "link", "set", "lo", "up")
         cli = str(Path(sys.executable).parent / "mthreads-webhook")
-        server = subprocess.Popen(
+        # `ip netns exec` execs the command: the PID stopped below is the server's.
+        server = LoggedProcess(
             ["ip", "netns", "exec", netns, cli, "serve", "--config", str(config), "--bind", f"{ns_ip}:8443",
              "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            tls / "serve.log").start()
         urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        deadline = time.monotonic() + 60
-        while True:  # readiness only; the API server checks the certificate below
-            assert server.poll() is None, f"serve exited: {server.stderr.read()[-2000:]}"
-            try:
-                if requests.get(f"https://{ns_ip}:8443/readyz", verify=False, timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "the webhook in the netns never became ready"
-            time.sleep(0.3)
+        # readiness only; the API server checks the certificate below
+        wait_for(lambda: requests.get(f"https://{ns_ip}:8443/readyz", verify=False, timeout=2).ok, 60, 0.3,
+                 what="the webhook in the netns ready", alive=server, retry_on=(requests.RequestException,))
         yield ns_ip
     finally:
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            server.stop(30)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
 
@@ -160,12 +150,14 @@ def served_behind_the_service(cluster, directory: Path):
 def apply_as_alice(cluster, path: Path) -> subprocess.CompletedProcess:
     """kubectl apply as a tenant; retried while the API server cannot reach the webhook yet
     (its resolver's informers see new Endpoints within moments)."""
-    deadline = time.monotonic() + 30
-    while True:
+    last = {"stderr": ""}
+
+    def reached():
         out = kubectl(cluster, ALICE, "apply", "-n", "team", "-f", str(path))
-        if "failed calling webhook" not in out.stderr or time.monotonic() > deadline:
-            return out
-        time.sleep(0.5)
+        last["stderr"] = out.stderr
+        return None if "failed calling webhook" in out.stderr else out
+
+    return wait_for(reached, 30, 0.5, what=lambda: f"the API server reaching the webhook: {last['stderr']}")
 
 
 def test_the_1_20_render_passes_a_server_side_dry_run(cluster):
@@ -196,10 +188,8 @@ def test_the_documents_commands(cluster, helm_run, tmp_path):
         assert pod_config(cluster)["devices"]["mthreads"]["memoryPerCard"] == [96]
 
         # RBAC as before (the authorizer's cache catches up in a moment).
-        deadline = time.monotonic() + 20
-        while not can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"):
-            assert time.monotonic() < deadline, "the chart's RBAC never took effect"
-            time.sleep(0.3)
+        wait_for(lambda: can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"), 20, 0.3,
+                 what="the chart's RBAC taking effect")
         assert can_i(cluster, ALLOCATOR_SA, "create", "pods", "--subresource=binding", "-n", "default")
         assert can_i(cluster, ALLOCATOR_SA, "watch", "nodes")
         assert can_i(cluster, ALLOCATOR_SA, "update", "leases.coordination.k8s.io/mthreads-allocator", "-n", NS)

@@ -2,14 +2,13 @@
 naming the place they came from; the places kubectl looks at lead to a running command."""
 
 import shutil
-import signal
-import subprocess
-import time
 import urllib.request
 
 import pytest
 
 from tests.harness.kube import ADMIN, ALICE, free_ports
+from tests.harness.process import LoggedProcess
+from tests.harness.wait import wait_for
 
 from .console import CONSOLE, assert_one_line, clean_env, run_console, write_kubeconfig
 
@@ -46,27 +45,6 @@ def test_credentials_without_the_right_to_list_nodes(kube_cluster, tmp_path):
     assert_one_line(out, FAILED, kube_cluster.url, "403", 'User "alice" cannot list resource "nodes"')
 
 
-def wait_answering(proc, url, log, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        assert proc.poll() is None, log.read_text()
-        try:
-            return urllib.request.urlopen(url, timeout=2).status
-        except OSError:
-            assert time.monotonic() < deadline, f"{url} did not answer"
-            time.sleep(0.3)
-
-
-def stop(proc):
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-
-
 @pytest.mark.parametrize("command, path", [
     (["allocate", "--namespace", "cli-start", "--metrics-bind"], "/healthz"),
     (["extender", "--bind"], "/healthz"),
@@ -81,11 +59,12 @@ def test_found_cluster_is_used(kube_cluster, tmp_path, command, path, place):
         (tmp_path / ".kube").mkdir()
         shutil.copy(admin, tmp_path / ".kube" / "config")
     address = f"127.0.0.1:{free_ports(1)[0]}"
-    log = tmp_path / "command.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(CONSOLE), *command, address], env=clean_env(tmp_path, **extra),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    proc = LoggedProcess([str(CONSOLE), *command, address], tmp_path / "command.log",
+                         env=clean_env(tmp_path, **extra)).start()
+    url = f"http://{address}{path}"
     try:
-        assert wait_answering(proc, f"http://{address}{path}", log) == 200
+        status = wait_for(lambda: urllib.request.urlopen(url, timeout=2).status, 60, 0.3,
+                          what=f"{url} answering", alive=proc, retry_on=(OSError,))
+        assert status == 200
     finally:
-        assert stop(proc) == 0
+        assert proc.stop(20) == 0, proc.tail()

@@ -2,7 +2,6 @@
 
 import json
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -12,6 +11,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, make_fake_node, set_node_ready
 from tests.harness.kubectl import KUBECTL
+from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -31,18 +31,6 @@ def _nodes_removed_after(kube_cluster):
     for n in core.list_node().items:
         if n.metadata.name not in before:
             core.delete_node(n.metadata.name)
-
-
-def eventually(check, timeout: float = 10.0):
-    """Retry `check` until it stops raising (RBAC changes reach the authorizer a bit later)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except (AssertionError, ApiException):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def test_readyz(kube_cluster):
@@ -105,7 +93,9 @@ def test_alice_is_forbidden_until_granted(kube_cluster):
         }
     )
     try:
-        eventually(alice.list_pod_for_all_namespaces)
+        # a 403 until the authorizer's cache catches up with the new binding
+        wait_for(alice.list_pod_for_all_namespaces, 10, 0.1, what="alice allowed to list pods",
+                 retry_on=(ApiException,))
     finally:
         rbac.delete_cluster_role_binding(role)
         rbac.delete_cluster_role(role)

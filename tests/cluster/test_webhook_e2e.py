@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -11,7 +10,8 @@ import yaml
 
 from tests.harness.kube import ADMIN, ALICE, ALLOCATOR
 from tests.harness.kubectl import kubectl
-from tests.harness.registration import REPO_ROOT, webhook_configurations
+from tests.harness.registration import REPO_ROOT, wait_until_called, webhook_configurations
+from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
 
 pytestmark = pytest.mark.cluster
@@ -36,15 +36,7 @@ def webhook(kube_cluster, tmp_path_factory):
     applied = kubectl(kube_cluster, ADMIN, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     assert applied.returncode == 0, applied.stderr
     try:
-        ns = new_namespace(kube_cluster)
-        deadline = time.monotonic() + 30  # the API server picks up new configurations in a moment
-        while True:
-            out = kubectl(kube_cluster, ADMIN, "create", "-n", ns, "--dry-run=server", "-o", "json",
-                          "-f", "-", stdin=probe_pod("probe"))
-            if out.returncode == 0 and json.loads(out.stdout)["spec"].get("schedulerName") == "hami-scheduler":
-                break
-            assert time.monotonic() < deadline, f"webhook never called: {out.stderr}"
-            time.sleep(0.3)
+        wait_until_called(kube_cluster, new_namespace(kube_cluster), probe_pod("probe"))
         yield server
     finally:
         # Fail-closed configurations must not outlive the webhook, or later tests' pods are refused.
@@ -80,15 +72,9 @@ def new_namespace(cluster, grant_alice: bool = True) -> str:
         for user, name in ((ALICE, "alice"), (ALLOCATOR, "allocator")):
             kubectl(cluster, ADMIN, "create", "rolebinding", f"{name}-pods", "-n", ns,
                     "--role=pod-editor", f"--user={user}")
-        wait_for(lambda: kubectl(cluster, ALICE, "auth", "can-i", "create", "pods", "-n", ns).returncode == 0)
+        wait_for(lambda: kubectl(cluster, ALICE, "auth", "can-i", "create", "pods", "-n", ns).returncode == 0,
+                 10, 0.1, what=f"alice's role in {ns} taking effect")
     return ns
-
-
-def wait_for(check, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 def get_pod(cluster, ns: str, name: str) -> dict:
@@ -243,7 +229,8 @@ def test_every_manifest_is_accepted_by_the_api_server(kube_cluster, webhook, dir
         crds = "---".join(CERT_MANAGER_CRDS % {"kind": k, "plural": k.lower() + "s", "singular": k.lower()}
                           for k in ("Issuer", "Certificate"))
         assert kubectl(kube_cluster, ADMIN, "apply", "-f", "-", stdin=crds).returncode == 0
-        wait_for(lambda: kubectl(kube_cluster, ADMIN, "get", "issuers", "-A").returncode == 0, 30)
+        wait_for(lambda: kubectl(kube_cluster, ADMIN, "get", "issuers", "-A").returncode == 0, 30,
+                 what="the Issuer CRD served")
     out = kubectl(kube_cluster, ADMIN, "apply", "-k", str(REPO_ROOT / directory), "--dry-run=server")
     assert out.returncode == 0, out.stderr
     assert "mutatingwebhookconfiguration.admissionregistration.k8s.io/mthreads-webhook" in out.stdout

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import requests
 
 from tests.harness import invariants
+from tests.harness.wait import time_until
 
 KIND_LABEL = "faults.mthreads/kind"  # whole | slice: what the pod asked for
 FLEET_KEY = "faults.mthreads/fleet"  # node label + taint: only our pods go to our nodes
@@ -445,21 +446,21 @@ def fresh_card_problems(admin: Kube, caps: dict[str, int], nodes: set[str]) -> t
 def wait_pending_explained(tracker: Tracker, timeout: float) -> tuple[int, float]:
     """Every pod pending now gets bound, or carries PodScheduled=False/Unschedulable with the
     counted reasons, within `timeout`. Returns (pods checked, seconds it took)."""
-    t0 = time.monotonic()
     snapshot = {r.uid for r in tracker.pending()}
-    while True:
+    open_: list[Record] = []
+
+    def explained() -> bool:
+        nonlocal open_
         with tracker.lock:
             open_ = [r for u in snapshot if not (r := tracker.records[u]).gone and not r.node
                      and not (unschedulable_reason(r.last) or "")]
             bad = [(r.name, m) for u in snapshot if not (r := tracker.records[u]).node
                    and (m := unschedulable_reason(r.last)) and not UNSCHEDULABLE_MESSAGE.match(m)]
         assert not bad, f"Unschedulable with an unexpected message: {bad[:5]}"
-        if not open_:
-            return len(snapshot), time.monotonic() - t0
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(
-                f"{len(open_)} of {len(snapshot)} pending pods neither bound nor Unschedulable "
-                f"after {timeout:.0f}s: " + ", ".join(
-                    f"{r.name} conditions={(r.last.get('status') or {}).get('conditions')}"
-                    for r in open_[:5]))
-        time.sleep(0.2)
+        return not open_
+
+    took = time_until(explained, timeout, 0.2, what=lambda: (
+        f"the pending pods bound or Unschedulable; {len(open_)} of {len(snapshot)} are neither: "
+        + ", ".join(f"{r.name} conditions={(r.last.get('status') or {}).get('conditions')}"
+                    for r in open_[:5])))
+    return len(snapshot), took

@@ -122,9 +122,7 @@ class Rig:
         return self.alloc
 
     def wait_leading(self, timeout: float = 30) -> float:
-        t0 = time.monotonic()
-        self.alloc.wait_leading(timeout)
-        return time.monotonic() - t0
+        return self.alloc.wait_leading(timeout)
 
     def delete_lease(self) -> None:
         r = self.admin.request(
@@ -186,7 +184,7 @@ def rig(kube_cluster, tmp_path_factory):
     finally:
         rig.teardown()
         for a in rig.allocators[-2:]:
-            print(f"--- {a.log_path.name} (tail) ---\n" + "\n".join(a.log().splitlines()[-15:]))
+            print(f"--- {a.log_path.name} (tail) ---\n{a.tail(15)}")
 
 
 def by_category(failed) -> dict:
@@ -211,13 +209,8 @@ def test_1_webhook_worker_sigkill(rig):
         os.kill(worker, signal.SIGKILL)
         new = wait_for(lambda: [p for p in server.workers() if p != worker], 15, 0.05, "gunicorn starts a new worker")
         t_worker = time.monotonic()
-
-        def ready():
-            try:
-                return server.session.get(f"{server.url}/readyz", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-        wait_for(ready, 15, 0.05, "the new worker answers /readyz")
+        wait_for(lambda: server.session.get(f"{server.url}/readyz", timeout=1).status_code == 200,
+                 15, 0.05, "the new worker answers /readyz", retry_on=(requests.RequestException,))
         t_ready = time.monotonic()
         wait_for(lambda: first_ok_after(driver, t_ready), 15, 0.05, "creates succeed again")
         time.sleep(3)  # let late failures of the gap arrive

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from webhook.certs import _pem_cert, _pem_key, make_ca, make_serving, service_names
 
 from tests.builders import container as c, pod, review
+from tests.harness.wait import time_until
 from tests.harness.webhook import WebhookProcess
 
 _stamp = itertools.count(1)
@@ -123,22 +124,14 @@ def volume_server(shared_server):
     volume, server = shared_server
     cert, key = volume.serving()
     volume.publish(cert, key)
-    wait_until(lambda: served(server.port, volume.ca_file) == der(cert), 3)
-    wait_until(lambda: readyz(server)[0] == 200, 3)
+    time_until(lambda: served(server.port, volume.ca_file) == der(cert), 3)
+    time_until(lambda: readyz(server)[0] == 200, 3)
     return volume, server
 
 
 def readyz(server) -> tuple[int, str]:
     resp = server.session.get(f"{server.url}/readyz", timeout=5)
     return resp.status_code, resp.text
-
-
-def wait_until(check, limit: float) -> float:
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < limit, f"not within {limit} s"
-        time.sleep(0.05)
-    return time.monotonic() - started
 
 
 # -- rotation under load ------------------------------------------------------------------------
@@ -209,7 +202,7 @@ def test_rotation_under_load_loses_no_request_and_is_seen_within_bounded_time(vo
             time.sleep(max(0.0, at - (time.monotonic() - load.started)))
             cert, key = volume.serving()
             volume.publish(cert, key)
-            seen_after.append(wait_until(lambda: served(server.port, volume.ca_file) == der(cert), 5))
+            seen_after.append(time_until(lambda: served(server.port, volume.ca_file) == der(cert), 5))
     print(f"rotation: {load.ok} requests ok, {len(load.failures)} failed; new connections saw "
           f"the new certificate after {', '.join(f'{s:.2f} s' for s in seen_after)}")
     assert load.failures == [], load.failures[:5]
@@ -226,14 +219,14 @@ def test_rotation_under_load_loses_no_request_and_is_seen_within_bounded_time(vo
 def test_readyz_reports_missing_files_then_recovers(volume_server):
     volume, server = volume_server
     volume.remove()
-    wait_until(lambda: readyz(server)[0] == 503, 3)
+    time_until(lambda: readyz(server)[0] == 503, 3)
     assert "missing" in readyz(server)[1]
     # the loaded context goes on serving
     assert server.post("/validate", review(pod(c("web")))).status_code == 200
     cert, key = volume.serving()
     volume.publish(cert, key)
-    wait_until(lambda: readyz(server)[0] == 200, 3)
-    wait_until(lambda: served(server.port, volume.ca_file) == der(cert), 3)
+    time_until(lambda: readyz(server)[0] == 200, 3)
+    time_until(lambda: served(server.port, volume.ca_file) == der(cert), 3)
 
 
 @pytest.mark.parametrize("dates, words", [
@@ -246,14 +239,14 @@ def test_readyz_reports_an_expired_or_not_yet_valid_certificate(volume_server, d
     when = {k: now + dt.timedelta(days=int(v[:-1])) for k, v in dates.items()}
     cert, key = volume.serving(**when)
     volume.publish(cert, key)
-    wait_until(lambda: readyz(server)[0] == 503, 3)
+    time_until(lambda: readyz(server)[0] == 503, 3)
     assert words in readyz(server)[1]
     assert served(server.port) == der(cert)  # served anyway: clients refuse it, /readyz says why
     with pytest.raises(ssl.SSLCertVerificationError):
         served(server.port, volume.ca_file)
     good, good_key = volume.serving()
     volume.publish(good, good_key)
-    wait_until(lambda: readyz(server)[0] == 200, 3)
+    time_until(lambda: readyz(server)[0] == 200, 3)
 
 
 @pytest.mark.parametrize("bad", ["garbage key", "key of another certificate", "empty files"])
@@ -300,4 +293,4 @@ def test_tls_below_1_2_is_refused_also_after_a_rotation(volume_server):
             assert results[old].startswith("refused"), results
         cert, key = volume.serving()
         volume.publish(cert, key)
-        wait_until(lambda: served(server.port, volume.ca_file) == der(cert), 3)
+        time_until(lambda: served(server.port, volume.ca_file) == der(cert), 3)

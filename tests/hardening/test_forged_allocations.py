@@ -23,7 +23,8 @@ from webhook.annotations import ALLOCATION_KEYS
 from tests.builders import ALLOCATED
 from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, free_ports
 from tests.harness.kubectl import kubectl
-from tests.harness.registration import webhook_configurations
+from tests.harness.registration import wait_until_called, webhook_configurations
+from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
 
 pytestmark = pytest.mark.cluster
@@ -93,16 +94,7 @@ def webhook(kube_cluster, tmp_path_factory):
     try:
         assert applied.returncode == 0, applied.stderr
         ns = new_namespace(kube_cluster, namespaces)
-        probe = json.dumps(a_pod("probe", mthreads=True))
-        deadline = time.monotonic() + 30
-        while True:  # the API server picks up new configurations in a moment
-            out = kubectl(kube_cluster, ADMIN, "create", "-n", ns, "--dry-run=server", "-o", "json",
-                          "-f", "-", stdin=probe)
-            if out.returncode == 0 and \
-                    json.loads(out.stdout)["spec"].get("schedulerName") == "hami-scheduler":
-                break
-            assert time.monotonic() < deadline, f"webhook never called: {out.stderr}"
-            time.sleep(0.3)
+        wait_until_called(kube_cluster, ns, json.dumps(a_pod("probe", mthreads=True)))
         server.namespaces = namespaces
         yield server
     finally:
@@ -128,10 +120,8 @@ def new_namespace(cluster, made: list[str], extra_resources: str = "") -> str:
     for user, name in ((ALICE, "alice"), (ALLOCATOR, "allocator")):
         kubectl(cluster, ADMIN, "create", "rolebinding", f"{name}-pods", "-n", ns,
                 "--role=pod-editor", f"--user={user}")
-    deadline = time.monotonic() + 10
-    while kubectl(cluster, ALICE, "auth", "can-i", "create", "pods", "-n", ns).returncode != 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for(lambda: kubectl(cluster, ALICE, "auth", "can-i", "create", "pods", "-n", ns).returncode == 0,
+             10, 0.1, what=f"alice's role in {ns} taking effect")
     return ns
 
 
@@ -403,10 +393,8 @@ def test_an_outage_of_the_subresource_review_blocks_no_status_update_or_binding(
 
     point_at(dead)
     try:
-        deadline = time.monotonic() + 30
-        while not forged_status_goes_through():  # the API server picks the change up in a moment
-            assert time.monotonic() < deadline, "the dead endpoint was never used"
-            time.sleep(0.3)
+        # the API server picks the change up in a moment
+        wait_for(forged_status_goes_through, 30, 0.3, what="the dead endpoint used")
         started = time.monotonic()
         report = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Test"}]}}
         resp = api[ALICE].patch(ns, f"report-{tag}", report, "strategic", sub="status")
@@ -416,7 +404,5 @@ def test_an_outage_of_the_subresource_review_blocks_no_status_update_or_binding(
         assert time.monotonic() - started < 5  # a refused connection costs no timeout
     finally:
         point_at(url)
-    deadline = time.monotonic() + 30
-    while forged_status_goes_through():  # reviewed again before the next test
-        assert time.monotonic() < deadline, "the webhook was never used again"
-        time.sleep(0.3)
+    # reviewed again before the next test
+    wait_for(lambda: not forged_status_goes_through(), 30, 0.3, what="the webhook used again")

@@ -37,7 +37,7 @@ def server(tmp_path_factory):
 
 
 def _crash_lines(server) -> list[str]:
-    text = server.log.read_text(errors="replace")
+    text = server.log()
     boots = [line for line in text.splitlines() if "Booting worker" in line]
     return [line for line in text.splitlines()
             if any(sign in line for sign in CRASH_SIGNS) and line not in boots[:1]]

@@ -8,7 +8,6 @@ ClusterRole of the same name), so answers there would not be the manifests' alon
 from __future__ import annotations
 
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,6 +16,7 @@ import yaml
 from tests.harness.kube import ADMIN, LocalCluster
 from tests.harness.kubectl import KUBECTL, kubectl
 from tests.harness.registration import rendered_manifests
+from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -36,10 +36,9 @@ def cluster(tmp_path_factory):
         out = kubectl(c, ADMIN, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
         assert out.returncode == 0, out.stderr
         c.admin_kubeconfig = str(c.kubeconfig(ADMIN))
-        deadline = time.monotonic() + 10  # the authorizer's cache catches up in a moment
-        while can_i(c, ALLOCATOR_SA, "list", "pods") is not True:
-            assert time.monotonic() < deadline, "the manifests' RBAC never took effect"
-            time.sleep(0.2)
+        # the authorizer's cache catches up in a moment
+        wait_for(lambda: can_i(c, ALLOCATOR_SA, "list", "pods") is True, 10,
+                 what="the manifests' RBAC taking effect")
         yield c
     finally:
         c.stop()

@@ -11,7 +11,7 @@ import kubernetes.client as k
 
 from tests.harness.kube import free_ports
 from tests.harness.process import LoggedProcess
-from tests.harness.wait import wait_for
+from tests.harness.wait import time_until, wait_for
 
 ALLOCATOR_USER = "system:serviceaccount:kube-system:mthreads-allocator"
 
@@ -72,17 +72,15 @@ class AllocatorProcess(LoggedProcess):
         return None
 
     def healthy(self) -> bool:
-        if not self.running():
-            raise AssertionError(f"allocator exited:\n{self.tail()}")
         return _get(self.metrics_url + "/healthz")[0] == 200
 
     def leading(self) -> bool:
-        if not self.running():
-            raise AssertionError(f"allocator exited:\n{self.tail()}")
         return self.metric("mthreads_allocator_leader") == 1
 
     def wait_healthy(self, timeout: float = 20) -> None:
-        wait_for(self.healthy, timeout, what="allocator /healthz")
+        wait_for(self.healthy, timeout, what="allocator /healthz", alive=self)
 
-    def wait_leading(self, timeout: float = 30) -> None:
-        wait_for(self.leading, timeout, interval=0.1, what="allocator leading (its leader gauge)")
+    def wait_leading(self, timeout: float = 30) -> float:
+        """Until it holds the Lease (its leader gauge); the seconds that took."""
+        return time_until(self.leading, timeout, interval=0.1, what="allocator leading (its leader gauge)",
+                          alive=self)

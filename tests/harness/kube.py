@@ -16,7 +16,6 @@ import secrets
 import socket
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -29,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.harness.process import log_tail, stop_process
+from tests.harness.wait import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSETS_SCRIPT = REPO_ROOT / "hack" / "kube-assets.sh"
@@ -298,19 +298,19 @@ class LocalCluster:
         request = urllib.request.Request(
             f"{self.url}/readyz", headers={"Authorization": f"Bearer {self.token(ADMIN)}"}
         )
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             for name, proc in (("etcd", self._etcd), ("kube-apiserver", self._apiserver)):
                 if proc.poll() is not None:
                     self._fail(f"{name} exited with code {proc.returncode}")
-            try:
-                with urllib.request.urlopen(request, timeout=2, context=context) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass  # not listening yet, or not ready (HTTP 500)
-            time.sleep(0.1)
-        self._fail(f"kube-apiserver not ready at {self.url}/readyz after {self.start_timeout} s")
+            with urllib.request.urlopen(request, timeout=2, context=context) as response:
+                return response.status == 200
+
+        try:  # not listening yet, or not ready (HTTP 500): tried again
+            wait_for(ready, self.start_timeout, 0.1, what=f"kube-apiserver ready at {self.url}/readyz",
+                     retry_on=(urllib.error.URLError, OSError))
+        except AssertionError as e:
+            self._fail(str(e))
 
     def _fail(self, reason: str) -> None:
         logs = "\n".join(

@@ -11,15 +11,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int:
-    """SIGTERM the process by its PID, then SIGKILL it if it does not exit in time; its code."""
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0, kill=None) -> int:
+    """SIGTERM the process by its PID, then SIGKILL it if it does not exit in time; its code.
+    `kill`, if given, is called instead of the SIGKILL (a podman client's container is killed
+    through podman: SIGKILL on the client would leave the container running)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            (kill or proc.kill)()
+            proc.wait(30 if kill else None)
     return proc.returncode
 
 
@@ -33,16 +35,17 @@ def log_tail(path: Path, lines: int = 30) -> str:
 class LoggedProcess:
     """`args` run from the repository's root, stdout and stderr appended to `log_path`."""
 
-    def __init__(self, args: list[str], log_path: Path, new_session: bool = False):
+    def __init__(self, args: list[str], log_path: Path, new_session: bool = False,
+                 env: dict[str, str] | None = None):
         self.args, self.log_path, self.new_session = list(args), Path(log_path), new_session
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"} if env is None else env
         self.proc: subprocess.Popen | None = None
 
     def start(self):
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.args, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=self.new_session)
+                stdin=subprocess.DEVNULL, env=self.env, start_new_session=self.new_session)
         return self
 
     def running(self) -> bool:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import requests
 
 from tests.harness.kube import free_ports
-from tests.harness.process import log_tail, stop_process
+from tests.harness.process import LoggedProcess
+from tests.harness.wait import wait_for
 
 CLI = [sys.executable, "-m", "webhook.cli"]
 
@@ -22,7 +21,10 @@ def make_certs(directory: Path) -> Path:
     return directory
 
 
-class WebhookProcess:
+class WebhookProcess(LoggedProcess):
+    """`mthreads-webhook serve` with its own certificates under `workdir`; start() returns once
+    /readyz answers."""
+
     def __init__(self, workdir: Path, config: str | None = None, extra: list[str] = ()):
         self.workdir = Path(workdir)
         self.certs = self.workdir / "certs"
@@ -31,33 +33,26 @@ class WebhookProcess:
         self.port = free_ports(1)[0]
         self.url = f"https://127.0.0.1:{self.port}"
         self.ca = str(self.certs / "ca.crt")
-        self.log = self.workdir / f"webhook-{self.port}.log"
-        self.args = [*CLI, "serve", "--bind", f"127.0.0.1:{self.port}",
-                     "--cert-file", str(self.certs / "tls.crt"),
-                     "--key-file", str(self.certs / "tls.key"), *extra]
-        if config:
-            self.args += ["--config", config]
-        self.proc: subprocess.Popen | None = None
+        args = [*CLI, "serve", "--bind", f"127.0.0.1:{self.port}",
+                "--cert-file", str(self.certs / "tls.crt"),
+                "--key-file", str(self.certs / "tls.key"), *extra]
+        if config:  # resolved here: the process runs from the repository's root
+            args += ["--config", str(Path(config).resolve())]
+        super().__init__(args, self.workdir / f"webhook-{self.port}.log")
         self.session = requests.Session()
         self.session.trust_env = False  # the machine's REQUESTS_CA_BUNDLE must not win over ours
         self.session.verify = self.ca
 
     def start(self, timeout: float = 20.0) -> "WebhookProcess":
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"webhook exited with {self.proc.returncode}:\n{log_tail(self.log)}")
-            try:
-                if self.session.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"webhook not ready in {timeout}s:\n{log_tail(self.log)}")
+        super().start()
+        try:
+            wait_for(lambda: self.session.get(f"{self.url}/readyz", timeout=1).status_code == 200,
+                     timeout, 0.1, what="the webhook's /readyz", alive=self,
+                     retry_on=(requests.RequestException,))
+        except AssertionError as e:
+            self.stop()
+            raise RuntimeError(str(e)) from None
+        return self
 
     def post(self, path: str, body, **kw) -> requests.Response:
         return self.session.post(f"{self.url}{path}", json=body, timeout=10, **kw)
@@ -76,8 +71,5 @@ class WebhookProcess:
             with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
                 return s.getpeercert(binary_form=True)
 
-    def stop(self) -> int | None:
-        if self.proc is not None:
-            stop_process(self.proc, timeout=30)
-            return self.proc.returncode
-        return None
+    def stop(self, timeout: float = 30) -> int | None:
+        return super().stop(timeout)

@@ -39,4 +39,4 @@ def start_container(image, tmp_path):
     yield start
     for c in started:
         code = c.stop()
-        print(f"--- {c.log_path.name} (exit {code}, tail) ---\n{c.log()}")
+        print(f"--- {c.log_path.name} (exit {code}, tail) ---\n{c.tail()}")

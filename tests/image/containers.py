@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 from tests.harness.kube import REPO_ROOT
-from tests.harness.process import log_tail
+from tests.harness.process import LoggedProcess, stop_process
 
 IMAGE_SCRIPT = REPO_ROOT / "hack" / "image.sh"
 BUILD_TIMEOUT = 1800  # seconds: the first build makes the base and installs from PyPI
@@ -39,7 +39,7 @@ def run_once(image: str, options: list[str], timeout: float = 60) -> subprocess.
     return podman("run", "--rm", "--network", "host", *opts, image, *argv, timeout=timeout, check=False)
 
 
-class Container:
+class Container(LoggedProcess):
     """A long-running container; stop() sends SIGTERM through podman, as the kubelet would."""
 
     def __init__(self, image: str, options: list[str], log_path: Path):
@@ -47,33 +47,17 @@ class Container:
         opts, argv = split_options(options)
         # Host network: the servers bind the 127.0.0.1 addresses the test gives them, and
         # reach the test API server on loopback.
-        self.args = ["podman", "run", "--rm", "--name", self.name, "--network", "host", *opts,
-                     image, *argv]
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
+        super().__init__(["podman", "run", "--rm", "--name", self.name, "--network", "host", *opts,
+                          image, *argv], log_path, env=PODMAN_ENV)
 
-    def start(self) -> "Container":
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, env=PODMAN_ENV, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        return self
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log(self) -> str:
-        return log_tail(self.log_path, 60)
+    def tail(self, lines: int = 60) -> str:
+        return super().tail(lines)
 
     def stop(self, timeout: float = 30) -> int:
-        """SIGTERM (podman passes it on to the container's process); the exit code."""
+        """SIGTERM (podman passes it on to the container's process), then `podman kill`;
+        the exit code."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                podman("kill", self.name, check=False)
-                self.proc.wait(30)
+        stop_process(self.proc, timeout, kill=lambda: podman("kill", self.name, check=False))
         podman("rm", "--force", "--ignore", self.name, check=False)
         return self.proc.returncode

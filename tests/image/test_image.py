@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 import tomllib
 import uuid
 
@@ -19,6 +18,7 @@ from cryptography import x509
 
 from tests.builders import container, pod, review
 from tests.harness.kube import ADMIN, REPO_ROOT, free_ports, make_fake_node
+from tests.harness.wait import wait_for
 from tests.harness.webhook import make_certs
 
 from . import pod_spec
@@ -38,20 +38,8 @@ def chart_config(manifests: list[dict], **changes) -> bytes:
     return yaml.safe_dump({**yaml.safe_load(text), **changes}).encode()
 
 
-def wait_for(fn, timeout: float, what: str, alive=None):
-    """fn() until it returns something true; `alive` (a Container) must keep running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if alive is not None and not alive.running():
-            raise AssertionError(f"the container exited while waiting for {what}:\n{alive.log()}")
-        try:
-            got = fn()
-        except (requests.RequestException, OSError):
-            got = None
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"no {what} after {timeout} s" + (f":\n{alive.log()}" if alive else ""))
+# A server still starting refuses or resets the connection.
+NOT_YET = (requests.RequestException, OSError)
 
 
 # -- what the image is -----------------------------------------------------------------------
@@ -105,7 +93,8 @@ def test_serve_answers_health_and_reviews_over_tls(manifests, tmp_path, start_co
     session = requests.Session()
     session.trust_env, session.verify = False, str(ca)
     url = f"https://127.0.0.1:{port}"
-    wait_for(lambda: session.get(f"{url}/readyz", timeout=2).status_code == 200, 90, "/readyz", c)
+    wait_for(lambda: session.get(f"{url}/readyz", timeout=2).status_code == 200, 90, 0.3, "/readyz",
+             alive=c, retry_on=NOT_YET)
     assert session.get(f"{url}/healthz", timeout=5).status_code == 200
 
     r = review(pod(container("gpu", 1, 32, 8)))
@@ -119,7 +108,7 @@ def test_serve_answers_health_and_reviews_over_tls(manifests, tmp_path, start_co
     assert denied["allowed"] is False and "33" in denied["status"]["message"]
     metrics = session.get(f"{url}/metrics", timeout=5)
     assert metrics.status_code == 200 and "mthreads_webhook" in metrics.text
-    assert c.stop() == 0, c.log()
+    assert c.stop() == 0, c.tail()
 
 
 # -- certs and a bad start -------------------------------------------------------------------
@@ -219,15 +208,16 @@ def test_allocate_binds_a_pod_in_cluster(manifests, tmp_path, start_container, c
     port = free_ports(1)[0]
     c = start_container(allocator_options(manifests, tmp_path, cluster_place, port))
     wait_for(lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200,
-             90, "allocator /healthz", c)
+             90, 0.3, "allocator /healthz", alive=c, retry_on=NOT_YET)
     gpu_pod(cluster_place, "gpu")
 
     def bound():
         p = read_pod(cluster_place, "gpu")
         return p if p["spec"].get("nodeName") else None
 
-    assert_bound_with_cards(wait_for(bound, 60, "the pod bound", c), cluster_place["node"])
-    assert c.stop() == 0, c.log()
+    assert_bound_with_cards(wait_for(bound, 60, 0.3, "the pod bound", alive=c, retry_on=NOT_YET),
+                            cluster_place["node"])
+    assert c.stop() == 0, c.tail()
 
 
 def test_extender_binds_a_pod_in_cluster(manifests, tmp_path, start_container, cluster_place):
@@ -235,7 +225,8 @@ def test_extender_binds_a_pod_in_cluster(manifests, tmp_path, start_container, c
     args = ["extender", f"--config={CONFIG_MOUNT}", f"--bind=127.0.0.1:{port}"]
     c = start_container(allocator_options(manifests, tmp_path, cluster_place, port, args))
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 90, "extender /readyz", c)
+    wait_for(lambda: requests.get(f"{url}/readyz", timeout=2).status_code == 200, 90, 0.3,
+             "extender /readyz", alive=c, retry_on=NOT_YET)
     created = gpu_pod(cluster_place, "gpu")
 
     def bind():  # until the extender's cache has seen the pod
@@ -244,6 +235,6 @@ def test_extender_binds_a_pod_in_cluster(manifests, tmp_path, start_container, c
             "PodUID": created["metadata"]["uid"], "Node": cluster_place["node"]}).json()
         return answer if answer.get("Error") == "" else None
 
-    wait_for(bind, 30, "a successful /bind", c)
+    wait_for(bind, 30, 0.3, "a successful /bind", alive=c, retry_on=NOT_YET)
     assert_bound_with_cards(read_pod(cluster_place, "gpu"), cluster_place["node"])
-    assert c.stop() == 0, c.log()
+    assert c.stop() == 0, c.tail()
