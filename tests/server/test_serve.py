@@ -150,7 +150,8 @@ def test_sigterm_shuts_down_gracefully(tmp_path):
 def test_several_workers_share_metrics(tmp_path):
     s = WebhookProcess(tmp_path, extra=["--workers", "2", "--threads", "2"]).start()
     try:
-        assert len(s.workers()) == 2
+        # ready once one worker serves; the master forks the second a moment later
+        wait_for(lambda: len(s.workers()) == 2, 20, what="two gunicorn workers", alive=s)
         for _ in range(10):
             s.session.close()  # new connections, spread over both workers
             s.post("/validate", review(pod(c("train", 1, 3))))
