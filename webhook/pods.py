@@ -54,6 +54,7 @@ class ContainerAsk:
     cards: int = 0
     memory: int | None = None
     cores: int | None = None
+    vendor_card: bool = False  # asks for nothing of ours but for the vendor plugin's whole card
 
 
 @dataclass(frozen=True)
@@ -176,9 +177,10 @@ def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
     count = _quantity(name, count_r, limits, requests)
     memory = _quantity(name, mem_r, limits, requests)
     cores = _quantity(name, core_r, limits, requests)
+    vendor_card = _raw(limits, requests, VENDOR_WHOLE_GPU) is not None
     if count is None and memory is None and cores is None:
-        return ContainerAsk(name, init, index, Kind.NONE)
-    if _raw(limits, requests, VENDOR_WHOLE_GPU) is not None:
+        return ContainerAsk(name, init, index, Kind.NONE, vendor_card=vendor_card)
+    if vendor_card:
         raise InvalidRequest(6, f"{_who(name)}: {VENDOR_WHOLE_GPU} cannot be combined with "
                                 f"{count_r}, {mem_r} or {core_r}")
     if count is not None and count > MAX_CARDS_PER_POD:
@@ -242,21 +244,19 @@ def read_request(pod: dict, mt: MthreadsConfig, fleet: Fleet,
                  for init, i, c in (containers(pod) if items is None else items))
     request = PodRequest(asks, model, allowed)
     if request.kind is Kind.SLICE:
-        _no_vendor_card_beside_a_slice(request, items if items is not None else containers(pod))
+        _no_vendor_card_beside_a_slice(request)
         return PodRequest(asks, model, _slice_models(request, mt, fleet, allowed))
     if request.kind is Kind.WHOLE:
         return PodRequest(asks, model, (_whole_model(request, fleet, allowed),))
     return request
 
 
-def _no_vendor_card_beside_a_slice(request: PodRequest,
-                                   items: list[tuple[bool, int, dict]]) -> None:
+def _no_vendor_card_beside_a_slice(request: PodRequest) -> None:
     """Rule 6 across containers: a vendor whole card and a shared slice are two Mthreads
     devices in one pod with sharing, which the vendor's document rules out."""
-    for _, _, c in items:
-        limits, requests = _resource_maps(c)
-        if _raw(limits, requests, VENDOR_WHOLE_GPU) is not None:
-            raise InvalidRequest(6, f"{_who(container_name(c))}: {VENDOR_WHOLE_GPU} (a whole card "
+    for a in request.asks:
+        if a.vendor_card:
+            raise InvalidRequest(6, f"{_who(a.name)}: {VENDOR_WHOLE_GPU} (a whole card "
                                     f"of the vendor's plugin) cannot be in the same pod as "
                                     f'{_who(request.slices[0].name)}\'s shared card; only one '
                                     f"Mthreads card can be shared in a pod, and alone")
