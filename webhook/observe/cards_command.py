@@ -6,7 +6,6 @@ import sys
 
 from ..config import Config
 from ..startup import StartupError
-from . import cards_report
 
 
 def add_parser(subparsers, kubeconfig_help: str) -> None:
@@ -31,6 +30,7 @@ def _list(api, path: str, query: dict | None = None) -> list[dict]:
 def run(config: Config, kubeconfig: str | None, node: str | None, output: str) -> int:
     """Print the report; `kubeconfig` as kubeconfig.find_cluster found it (None: in-cluster)."""
     from ..kube.api import Api, make_api_client
+    from . import cards_report  # here: every command parses its flags through this module
     api = Api(make_api_client(kubeconfig, connections=1))
     nodes = _list(api, "/api/v1/nodes")
     pods = _list(api, "/api/v1/pods")
