@@ -89,6 +89,26 @@ def test_an_abandoned_reservation_lapses(setup):
         "node s4: ExclusiveDeviceAllocateConflict"
 
 
+def test_reservations_lapse_in_the_order_they_were_made(setup, monkeypatch):
+    """expire reads the reservations from the oldest and stops at the first still held; a new
+    filter of a pod makes its reservation the newest."""
+    import webhook.extender.cache as cache_module
+    client, cache, api = setup
+    clock = [1000.0]
+    monkeypatch.setattr(cache_module.time, "monotonic", lambda: clock[0])
+    pods = [pending(cache, api, pod(slice_(8, 1))) for _ in range(3)]
+    for p in pods:
+        assert filtered(client, p, ["s5"])["NodeNames"] == ["s5"]
+        clock[0] += 1
+    assert filtered(client, pods[0], ["s5"])["NodeNames"] == ["s5"]  # refiltered at 1003
+    uids = [p["metadata"]["uid"] for p in pods]
+    assert list(cache.reservations) == [uids[1], uids[2], uids[0]]
+    assert cache.expire(1001 + RESERVE_FOR - 0.5) == 0  # p0's first lapse time is past: refiltered
+    assert cache.expire(1001 + RESERVE_FOR) == 1 and list(cache.reservations) == uids[2:] + uids[:1]
+    assert cache.expire(1002 + RESERVE_FOR) == 1 and list(cache.reservations) == uids[:1]
+    assert cache.expire(1003 + RESERVE_FOR) == 1 and not cache.reservations and not cache.pods.assumed
+
+
 def test_reservation_ends_when_the_pod_is_seen_bound_or_deleted(setup):
     client, cache, api = setup
     a = pending(cache, api, pod(slice_(32, 4)))

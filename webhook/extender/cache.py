@@ -61,6 +61,8 @@ class Cache:
         self.lock = threading.RLock()
         self.pods = PodCache(config.mthreads)
         self.bound = self.pods.bound  # the bound pods' cards, for HAMi's metrics
+        # uid -> its reservation; every one lives RESERVE_FOR, so the dict's order (a new filter
+        # of a pod deletes and re-adds it) is the order in which they lapse
         self.reservations: dict[str, Reservation] = {}
         self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of live pods
         self.events: queue.Queue = queue.Queue()
@@ -151,7 +153,11 @@ class Cache:
     def expire(self, now: float) -> int:
         """Release the reservations whose time is up; returns how many."""
         with self.lock:
-            due = [uid for uid, r in self.reservations.items() if r.until <= now]
+            due = []
+            for uid, r in self.reservations.items():  # in the order made: the order they lapse
+                if r.until > now:
+                    break
+                due.append(uid)
             return sum(self._release(uid) for uid in due)
 
     def reserve(self, pod: dict, ask: PodAsk, names: list[str]
