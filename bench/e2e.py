@@ -10,7 +10,8 @@ the bench records when each pod is first seen bound:
   webhook writes (`hami-scheduler`, Mthreads slices and whole cards; bench/workload.py);
 - kube-scheduler 1.20 (KubeSchedulerConfiguration v1beta1, qps 1000 / burst 2000, no leader
   election, profile `default-scheduler`, admin credentials) places the same pods with the same
-  cpu/memory requests and no Mthreads resources (it does not know the cards);
+  requests, the cards' memory and cores as plain extended resources that it checks itself
+  against the nodes' totals (it does not know the cards);
 - kube-scheduler + extender: the same kube-scheduler with profile `hami-scheduler` and this
   project's extender (`python -m webhook.extender`; filter, which reserves the cards,
   prioritize, bind) places the pods in the allocator's form (tests/harness/extender.py); its
@@ -259,7 +260,7 @@ class Scheduler:
 
 class AllocatorScheduler(Scheduler):
     scheduler_name = workload.SCHEDULER
-    mthreads = True
+    form = workload.MTHREADS
 
     def __init__(self, cluster, workdir: Path, bind_threads: int | None = None):
         """`bind_threads` None: the allocator's default; 1 writes one binding at a time."""
@@ -281,7 +282,7 @@ class AllocatorScheduler(Scheduler):
 class KubeScheduler(Scheduler):
     label = "kube-scheduler"
     scheduler_name = KS_NAME
-    mthreads = False
+    form = workload.EXTENDED
 
     def __init__(self, cluster, workdir: Path):
         from tests.harness.kube import ADMIN
@@ -319,7 +320,7 @@ class ExtenderStack(Scheduler):
 
     label = "kube-scheduler + extender"
     scheduler_name = workload.SCHEDULER
-    mthreads = True
+    form = workload.MTHREADS
 
     def __init__(self, cluster, workdir: Path):
         self.cluster, self.workdir = cluster, workdir / "extender"
@@ -368,9 +369,9 @@ class Bench:
 
     def bodies(self, ns: str, sched: Scheduler | None) -> list[dict]:
         if sched is None:
-            return [workload.pod(s, f"p{i:05d}", ns, mthreads=True, scheduler=NOBODY)
+            return [workload.pod(s, f"p{i:05d}", ns, scheduler=NOBODY)
                     for i, s in enumerate(self.shapes)]
-        return [workload.pod(s, f"p{i:05d}", ns, mthreads=sched.mthreads,
+        return [workload.pod(s, f"p{i:05d}", ns, form=sched.form,
                              scheduler=sched.scheduler_name) for i, s in enumerate(self.shapes)]
 
     def warm(self, sched: Scheduler) -> float:
@@ -379,7 +380,7 @@ class Bench:
         t0 = time.monotonic()
         sched.start()
         watch = BoundWatch(self.admin, ns, 1)
-        create_pods(self.admin, ns, [workload.pod(self.shapes[0], "probe", ns, mthreads=sched.mthreads,
+        create_pods(self.admin, ns, [workload.pod(self.shapes[0], "probe", ns, form=sched.form,
                                                   scheduler=sched.scheduler_name)])
         ok = watch.wait(60)
         watch.close()
@@ -760,8 +761,9 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
              "controller-manager"),
             ("nodes", f"{nodes:,} fake nodes × {workload.CARDS} cards (S4000/S5000 alternating), "
              "64 cpu, 512Gi, 110 pods"),
-            ("pods", f"{pods:,} per run (bench/workload.py; same cpu/memory for both schedulers), "
-             f"created by {THREADS} threads"),
+            ("pods", f"{pods:,} per run (bench/workload.py; the same requests for every "
+             "scheduler, for kube-scheduler alone the cards' memory and cores as plain extended "
+             f"resources), created by {THREADS} threads"),
             ("kube-scheduler", f"{ks_version}, v1beta1 config, qps 1000, burst 2000, "
              "default plugins"),
             ("allocator", "`python -m webhook.allocator`, default policies, "

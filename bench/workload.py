@@ -75,15 +75,23 @@ def mthreads_limits(shape: dict) -> dict:
     return limits
 
 
-def pod(shape: dict, name: str, namespace: str = "bench", *, mthreads: bool = True,
+MTHREADS, EXTENDED = "mthreads", "extended"  # the forms of pod()
+
+
+def extended_limits(shape: dict) -> dict:
+    """The same memory and cores as plain extended resources, which kube-scheduler checks
+    against the node's allocatable totals by itself (the nodes report no mthreads.com/vgpu)."""
+    return {k: v for k, v in mthreads_limits(shape).items() if k != "mthreads.com/vgpu"}
+
+
+def pod(shape: dict, name: str, namespace: str = "bench", *, form: str = MTHREADS,
         scheduler: str = SCHEDULER, uid: str | None = None) -> dict:
-    """A pod as created (no uid unless given): the allocator's form, or a plain one for
-    kube-scheduler with the same cpu/memory requests and no Mthreads resources."""
+    """A pod as created (no uid unless given): the allocator's form (`MTHREADS`), or for
+    kube-scheduler alone the same requests with the card's memory and cores as plain
+    extended resources (`EXTENDED`)."""
     requests = {"cpu": shape["cpu"], "memory": shape["memory"]}
-    limits: dict = {}
-    if mthreads:
-        limits = mthreads_limits(shape)
-        requests = {**requests, **limits}
+    limits = mthreads_limits(shape) if form == MTHREADS else extended_limits(shape)
+    requests = {**requests, **limits}
     resources = {"requests": requests}
     if limits:
         resources["limits"] = limits

@@ -14,6 +14,8 @@ import yaml
 
 from tests.harness.kube import free_ports
 from tests.harness.process import LoggedProcess
+from tests.harness.wait import wait_for
+
 RESOURCES = ("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
 
 
@@ -65,7 +67,8 @@ class Process(LoggedProcess):
 
 
 def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2):
-    """(extender, kube-scheduler), both started; the caller waits for them to be healthy.
+    """(extender, kube-scheduler), both started, the extender ready; the caller waits for
+    kube-scheduler to be healthy.
     `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1)."""
     ext_port, sched_port = free_ports(2)
     config = workdir / "config.yaml"
@@ -74,6 +77,9 @@ def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, ver
         [sys.executable, "-m", "webhook.extender", "--config", str(config), "--kubeconfig",
          str(cluster.kubeconfig(extender_user)), "--bind", f"127.0.0.1:{ext_port}"],
         workdir / "extender.log", f"http://127.0.0.1:{ext_port}/readyz").start()
+    # kube-scheduler after the extender listens: a filter that finds no one there is a
+    # scheduling error, which costs that pod a status write, an Event and a backoff.
+    wait_for(extender.healthy, 60, what="extender /readyz")
     sched_config = workdir / "kube-scheduler.yaml"
     sched_config.write_text(yaml.safe_dump(scheduler_config(
         cluster.kubeconfig(admin_user), f"http://127.0.0.1:{ext_port}", sched_port)))
