@@ -25,15 +25,23 @@ def parse(flag: str, value: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def check_bind(flag: str, value: str) -> None:
-    """Raise StartupError unless a server could listen on `value` now."""
+def listen_address(flag: str, value: str) -> tuple[socket.AddressFamily, tuple]:
+    """(address family, socket address) to listen on for `value`: an IPv6 address needs an
+    AF_INET6 socket, which a server made for AF_INET cannot bind."""
     host, port = parse(flag, value)
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
+        family, _, _, _, address = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as e:
         raise StartupError(f"{flag} {value}: cannot resolve {host!r}: {e.strerror}", USAGE) from None
-    with socket.socket(family, kind, proto) as probe:
+    return family, address
+
+
+def check_bind(flag: str, value: str) -> None:
+    """Raise StartupError unless a server could listen on `value` now."""
+    host, port = parse(flag, value)
+    family, address = listen_address(flag, value)
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         # as gunicorn and http.server do: a port left in TIME_WAIT is not "in use"
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

@@ -1,8 +1,10 @@
 """HOST:PORT as the listening flags take it (webhook/bind_address.py)."""
 
+import socket
+
 import pytest
 
-from webhook.bind_address import parse
+from webhook.bind_address import listen_address, parse
 from webhook.startup import USAGE, StartupError
 
 
@@ -23,3 +25,13 @@ def test_malformed_is_a_usage_error(value):
     with pytest.raises(StartupError) as e:
         parse("--metrics-bind", value)
     assert e.value.exit_code == USAGE and str(e.value).startswith(f"--metrics-bind {value!r}:")
+
+
+@pytest.mark.parametrize("value, family, address", [
+    ("127.0.0.1:9090", socket.AF_INET, ("127.0.0.1", 9090)),
+    ("0.0.0.0:0", socket.AF_INET, ("0.0.0.0", 0)),
+    ("[::1]:9090", socket.AF_INET6, ("::1", 9090)),  # a server made for AF_INET cannot bind it
+])
+def test_listen_address_gives_the_family_the_host_needs(value, family, address):
+    got_family, got = listen_address("--metrics-bind", value)
+    assert (got_family, got[:2]) == (family, address)

@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..bind_address import listen_address
 from ..observe.fleet import BoundPods
 
 
@@ -42,7 +43,7 @@ class Metrics:
 
 
 def serve(metrics: Metrics, bind: str, healthy) -> ThreadingHTTPServer:
-    host, _, port = bind.rpartition(":")
+    family, address = listen_address("--metrics-bind", bind)
     registry = metrics.registry
 
     class Handler(BaseHTTPRequestHandler):
@@ -64,7 +65,10 @@ def serve(metrics: Metrics, bind: str, healthy) -> ThreadingHTTPServer:
         def log_message(self, *args):  # no access log
             pass
 
-    server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        address_family = family  # [::1]:9090 needs an IPv6 socket
+        daemon_threads = True
+
+    server = Server(address, Handler)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
