@@ -169,12 +169,12 @@ class RequestFramer:
                         self.end = eol + 2
                         return True
                     at = eol + 2
-            self._chunked_total += size
-            if self._chunked_total > MAX_BODY:
+            if self._chunked_total + size > MAX_BODY:
                 raise TooLarge(f"a chunked body of more than {MAX_BODY} bytes")
             next_at = line_end + 2 + size + 2
             if next_at > len(buf):
-                return False
+                return False  # read this chunk's header again once more has come: count it then
+            self._chunked_total += size
             self._chunk_at = next_at
 
 
