@@ -181,10 +181,9 @@ class RequestFramer:
 class PeerConn(gthread.TConn):
     """A connection counted against its peer's bound until it is closed."""
 
-    def __init__(self, cfg, sock, client, server, peers: dict):
+    def __init__(self, cfg, sock, client, server, peers: dict, peer):
         super().__init__(cfg, sock, client, server)
-        self.peers = peers
-        self.peer = client[0] if isinstance(client, tuple) else client
+        self.peers, self.peer = peers, peer
         self.handshaken = not isinstance(sock, ssl.SSLSocket)
         self.framer: RequestFramer | None = None
         self.deadline = 0.0
@@ -239,7 +238,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
                 return
         self.peers[peer] = held + 1
         self.nr_conns += 1
-        conn = PeerConn(self.cfg, client, addr, listener.getsockname(), self.peers)
+        conn = PeerConn(self.cfg, client, addr, listener.getsockname(), self.peers, peer)
         self._prefetch(conn)
 
     def on_client_socket_readable(self, conn, client):
@@ -257,11 +256,15 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
             self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
 
     def _readable(self, conn: PeerConn, _sock) -> None:
-        if self._read(conn) is not _MORE:
-            try:
-                self.poller.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+        self._read(conn)
+
+    def _release(self, conn: PeerConn) -> None:
+        """The loop lets go of a connection (handed to a thread or closed): off the poller."""
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError):  # never registered: done on the first read
+            pass
+        self.prefetching.pop(conn, None)
 
     def _read(self, conn: PeerConn):
         """Advance the handshake and the request: _MORE while bytes are missing, else the
@@ -292,7 +295,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
             return self._drop(conn)
 
     def _hand_over(self, conn: PeerConn) -> None:
-        self.prefetching.pop(conn, None)
+        self._release(conn)
         data = conn.framer.buf
         conn.framer = None
         if conn.parser is None:
@@ -306,11 +309,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
 
     def _drop(self, conn: PeerConn, answer: bytes = b"") -> None:
         """Close a connection the loop holds (registered with the poller or not)."""
-        try:
-            self.poller.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        self.prefetching.pop(conn, None)
+        self._release(conn)
         self._send(conn, answer)
         self.nr_conns -= 1
         conn.close()

@@ -143,11 +143,8 @@ def test_ephemeral_containers_of_an_mthreads_pod_are_held_to_rule_8(debug, targe
 # -- mirror pods: identity x annotation x operation x subresource --------------------------------
 
 MIRROR_POD = pod(SLICE, node="node-1", name="static", annotations={**MIRROR, **ALLOCATED})
-MIRROR_CASES = []
-for user, groups, exempt in [(KUBELET, NODES, True), (KUBELET, (), False),  # no group: not a node
-                             ("alice", NODES, False), ("alice", (), False),
-                             ("system:node:", NODES, False)]:
-    MIRROR_CASES.append((user, groups, exempt))
+MIRROR_CASES = [(KUBELET, NODES, True), (KUBELET, (), False),  # no group: not a node
+                ("alice", NODES, False), ("alice", (), False), ("system:node:", NODES, False)]
 
 
 @pytest.mark.parametrize("user, groups, exempt", MIRROR_CASES)
