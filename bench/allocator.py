@@ -78,7 +78,7 @@ def make_pods(count: int) -> list[dict]:
 
 def decide_one(pod: dict, state: ClusterState) -> bool:
     ask = request_of(pod, CONFIG, FLEET)
-    result = decide(pod, ask.request, state, CONFIG, ask.need)
+    result = decide(pod, ask.request, state, CONFIG, ask.need, ask.devices)
     if isinstance(result, Placement):
         state.add(result.share)
         return True

@@ -169,7 +169,7 @@ class Allocator:
             self.tries[uid] = LastTry(self.state.generation, time.monotonic())
             self.reporter.unschedulable(pod, ask.invalid)
             return 0
-        result = decide(pod, ask.request, self.state, self.config, ask.need)
+        result = decide(pod, ask.request, self.state, self.config, ask.need, ask.devices)
         self.metrics.decision_seconds.observe(time.perf_counter() - t0)
         if isinstance(result, NoFit):
             for r in result.rejected or ("NoNodes",):

@@ -29,7 +29,7 @@ from ..scheduling.decide import Placement
 from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
 from ..scheduling.shares import PodShare
-from .decisions import choose, filter_nodes, pick, scores
+from .decisions import choose, fitting_nodes, pick, scores
 from .preemption import Holder, victims_on
 
 RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
@@ -215,7 +215,8 @@ class Cache:
     def filter(self, pod: dict, ask: PodAsk, names: list[str]) -> tuple[list[str], dict[str, str]]:
         """Every node's answer, reserving nothing (pods without a card to choose)."""
         with self.lock:
-            return filter_nodes(pod, ask, names, self.pods.state, self.config)
+            fits, failed = fitting_nodes(pod, ask, names, self.pods.state, self.config)
+        return list(fits), failed
 
     def scores(self, pod: dict, ask: PodAsk, names: list[str]) -> list[tuple[str, int]]:
         with self.lock:

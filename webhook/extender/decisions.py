@@ -39,15 +39,16 @@ def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     return for_node(reason, info), cards
 
 
-def filter_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
-                 config: Config) -> tuple[list[str], dict[str, str]]:
-    """(nodes whose cards fit, {node: reason} for the others), in the order given."""
-    fits: list[str] = []
+def fitting_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+                  config: Config) -> tuple[dict[str, tuple[Card, ...]], dict[str, str]]:
+    """({node: the cards the card policy picks} where the cards fit, {node: reason} for the
+    others), in the order given."""
+    fits: dict[str, tuple[Card, ...]] = {}
     failed: dict[str, str] = {}
     for name in names:
-        reason, _ = cards_on(pod, ask, name, state, config)
+        reason, cards = cards_on(pod, ask, name, state, config)
         if reason is None:
-            fits.append(name)
+            fits[name] = cards
         else:
             failed[name] = reason
     return fits, failed
@@ -71,14 +72,7 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
             reason, cards = fit_node(ask.need, ask.devices, state.nodes[name], state, gpu_policy)
             if reason is None:
                 return placement(pod, ask.request, name, cards, pod_requests(pod), ask.devices), {}
-    fitting: dict[str, tuple[Card, ...]] = {}
-    failed: dict[str, str] = {}
-    for name in names:
-        reason, cards = cards_on(pod, ask, name, state, config)
-        if reason is None:
-            fitting[name] = cards
-        else:
-            failed[name] = reason
+    fitting, failed = fitting_nodes(pod, ask, names, state, config)
     if not fitting:
         return None, failed
     kind = ask.request.kind if ask.request is not None else Kind.NONE

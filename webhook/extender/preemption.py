@@ -60,7 +60,7 @@ def _without(state: ClusterState, removed: Iterable[PodShare]):
     return usage, whole_node
 
 
-def fits_without(pod: dict, ask: PodAsk, node: str, state: ClusterState, config: Config,
+def fits_without(ask: PodAsk, node: str, state: ClusterState, gpu_policy: str,
                  removed: list[PodShare]) -> bool:
     info = state.nodes.get(node)
     if info is None or ask.need is None:
@@ -68,7 +68,6 @@ def fits_without(pod: dict, ask: PodAsk, node: str, state: ClusterState, config:
     usage, freed_whole = _without(state, removed)
     nu = state.node_usage.get(node)
     held_whole = bool(nu and nu.whole_node - freed_whole > 0)
-    _, gpu_policy = policies(pod, config)
     reason, _ = fit_cards(ask.need, info.cards, usage, held_whole, gpu_policy)
     if reason is not None:
         return False
@@ -85,16 +84,17 @@ def victims_on(pod: dict, ask: PodAsk, node: str, state: ClusterState, config: C
     pods of lower priority frees room for the pod's cards there. `holders`: the pods bound on
     the node, by uid."""
     priority = pod_priority(pod)
+    _, gpu_policy = policies(pod, config)  # read once: fits_without runs up to EXACT_BUDGET times
     if any(holders[u].priority >= priority for u in proposed if u in holders):
         return None  # never a pod of equal or higher priority
     gone = [h.share for u, h in holders.items() if u in proposed or h.terminating]
-    if fits_without(pod, ask, node, state, config, gone):
+    if fits_without(ask, node, state, gpu_policy, gone):
         return list(proposed)
     candidates = sorted(
         (h for u, h in holders.items()
          if u not in proposed and not h.terminating and h.share.cards and h.priority < priority),
         key=lambda h: (h.priority, -_size(h.share), h.share.uid))
-    if not fits_without(pod, ask, node, state, config, gone + [h.share for h in candidates]):
+    if not fits_without(ask, node, state, gpu_policy, gone + [h.share for h in candidates]):
         return None
     budget = EXACT_BUDGET
     for k in range(1, min(EXACT_UP_TO, len(candidates)) + 1):
@@ -102,14 +102,14 @@ def victims_on(pod: dict, ask: PodAsk, node: str, state: ClusterState, config: C
             budget -= 1
             if budget < 0:
                 break
-            if fits_without(pod, ask, node, state, config, gone + [h.share for h in chosen]):
+            if fits_without(ask, node, state, gpu_policy, gone + [h.share for h in chosen]):
                 return list(proposed) + [h.share.uid for h in chosen]
     # Greedy, as kube-scheduler's own victim selection: evict them all, then spare each one
     # (higher priority first, then smaller first) whose return still leaves room.
     evicted = list(candidates)
     for h in sorted(candidates, key=lambda h: (-h.priority, _size(h.share), h.share.uid)):
         rest = [e for e in evicted if e is not h]
-        if fits_without(pod, ask, node, state, config, gone + [e.share for e in rest]):
+        if fits_without(ask, node, state, gpu_policy, gone + [e.share for e in rest]):
             evicted = rest
     return list(proposed) + [h.share.uid for h in evicted]
 

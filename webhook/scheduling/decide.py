@@ -39,9 +39,10 @@ class NoFit:
 
 
 def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: Config,
-           need: CardNeed | None = None):
-    """Placement or NoFit. `request` None: the pod asks for no Mthreads card. `need`: the
-    request's card need if the caller has it already (request.request_of), else read here."""
+           need: CardNeed | None = None, devices: Devices | None = None):
+    """Placement or NoFit. `request` None: the pod asks for no Mthreads card. `need` and
+    `devices`: the request's card need and resource requests if the caller has them already
+    (request.request_of), else read here."""
     spec = pod.get("spec") or {}
     node_policy, gpu_policy = policies(pod, config)
     wants = pod_requests(pod)
@@ -51,7 +52,10 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
     elif need is None:
         ann = (pod.get("metadata") or {}).get("annotations") or {}
         need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))
-    devices = device_requests(pod, state.names) if need is not None else NO_DEVICES
+    if need is None:
+        devices = NO_DEVICES
+    elif devices is None:
+        devices = device_requests(pod, state.names)
     if need is not None:
         fit = _first_fit(pod, request, spec, wants, devices, need, state, node_policy, gpu_policy)
         if fit is not None:

@@ -119,10 +119,13 @@ class ClusterState:
                         device_allocatable(node, self.names))
         self.nodes[name] = info
         _log_problem(name, old.cards.problem if old else None, info.cards.problem)
-        if old is not None and _devices_text(old, self.names) != _devices_text(info, self.names):
-            log.info("node %s: now %s", name, _devices_text(info, self.names))
+        changed = old is None or _fingerprint(old.obj) != _fingerprint(node)
+        # the offer is read from what the fingerprint holds: a heartbeat formats no text
+        if changed and old is not None and \
+                _devices_text(old, self.names) != (now := _devices_text(info, self.names)):
+            log.info("node %s: now %s", name, now)
         self._reindex(name)
-        if old is None or _fingerprint(old.obj) != _fingerprint(node):
+        if changed:
             self.generation += 1  # heartbeats that change nothing a decision reads retry nothing
 
     def remove_node(self, name: str) -> None:
