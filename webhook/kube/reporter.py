@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 
+from ..scheduling.cache import scheduled_condition
 from .api import Api, ApiError
 from .events import EventBook
 
@@ -21,13 +22,6 @@ log = logging.getLogger(__name__)
 
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def scheduled_condition(pod: dict) -> dict | None:
-    for c in (pod.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled":
-            return c
-    return None
 
 
 class Reporter:

@@ -11,6 +11,7 @@ import json
 import textwrap
 from dataclasses import dataclass
 
+from ..scheduling.cache import TERMINAL, is_bound, name_of, scheduled_condition
 from ..scheduling.inventory import node_cards
 from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
@@ -18,7 +19,6 @@ from ..pods import is_mthreads_pod, resource_names
 from .fleet import CardView, bound_pod, card_views
 
 WIDTH = 80
-TERMINAL = ("Succeeded", "Failed")  # such pods hold no card (the caches never list them)
 NO_REASON = "not decided yet (is the allocator running?)"
 
 
@@ -37,6 +37,7 @@ class Report:
 
 def report(nodes: list[dict], pods: list[dict], events: list[dict], mt: MthreadsConfig,
            node: str | None = None) -> Report:
+    # ended pods hold no card (the caches never list them)
     live = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL]
     read = [(n["metadata"]["name"], node_cards(n, mt)) for n in nodes
             if node is None or n["metadata"]["name"] == node]
@@ -58,19 +59,16 @@ def _pending(pods: list[dict], events: list[dict], mt: MthreadsConfig) -> list[P
     out = []
     for p in pods:
         meta = p.get("metadata") or {}
-        if (p.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp") \
-                or not is_mthreads_pod(p, names):
+        if is_bound(p) or meta.get("deletionTimestamp") or not is_mthreads_pod(p, names):
             continue
         reason = latest.get(meta.get("uid", ""), ("", ""))[1] or _condition_message(p) or NO_REASON
-        out.append(Pending(f"{meta.get('namespace')}/{meta.get('name')}", reason))
+        out.append(Pending(name_of(p), reason))
     return sorted(out, key=lambda x: x.pod)
 
 
 def _condition_message(pod: dict) -> str:
-    for c in (pod.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return c.get("message") or c.get("reason") or ""
-    return ""
+    c = scheduled_condition(pod)
+    return (c.get("message") or c.get("reason") or "") if c and c.get("status") == "False" else ""
 
 
 def _gib(mib: int) -> str:

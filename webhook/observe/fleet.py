@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .. import annotations as keys
 from ..scheduling.inventory import Card, NodeCards
@@ -78,6 +78,17 @@ def bound_pod(pod: dict) -> BoundPod | None:
         return None
     return BoundPod(meta.get("uid", ""), meta.get("namespace", ""), meta.get("name", ""), node,
                     holdings)
+
+
+def copy_of(view: Callable[[], Iterable]) -> list:
+    """list(view()) for a scrape: the decision thread may change the dict under the view while
+    it is read, so retry when it moved (empty after ten tries)."""
+    for _ in range(10):
+        try:
+            return list(view())
+        except RuntimeError:
+            continue
+    return []
 
 
 def card_views(nodes: Iterable[tuple[str, NodeCards]], pods: Iterable[BoundPod]) -> list[CardView]:

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from ..scheduling.inventory import NodeCards
 from ..cards import CORES_PER_CARD, VENDOR
-from .fleet import UNREADABLE, BoundPod, BoundPods, CardView, card_views
+from .fleet import UNREADABLE, BoundPod, BoundPods, CardView, card_views, copy_of
 
 ZONE = "vGPU"
 MIB = 1024 * 1024
@@ -79,22 +79,12 @@ class HamiCollector(Collector):
         self.nodes, self.pods = nodes, pods
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        nodes: list[tuple[str, NodeCards]] = [(n.name, n.cards) for n in _copy(self.nodes)]
+        nodes: list[tuple[str, NodeCards]] = [(n.name, n.cards) for n in copy_of(self.nodes)]
         pods = self.pods.snapshot()
         yield from hami_families(card_views(nodes, pods), pods)
 
     def describe(self):
         return []  # the families are made on each scrape; nothing to check at registration
-
-
-def _copy(nodes: Callable[[], Iterable]) -> list:
-    # the decision thread may change the dict while a scrape reads it: copy, retry if it moved
-    for _ in range(10):
-        try:
-            return list(nodes())
-        except RuntimeError:
-            continue
-    return []
 
 
 def metrics_page(nodes: Callable[[], Iterable], pods: BoundPods) -> Callable[[], tuple]:

@@ -17,6 +17,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..scheduling import reasons
+from ..scheduling.cache import scheduled_condition
+from .fleet import copy_of
 
 WAITING = "NotTriedYet"  # no decision recorded on the pod yet
 NO_NODES = "NoNodes"
@@ -28,10 +30,8 @@ _FIRST = re.compile(r"^0/\d+ nodes are available: \d+ ([^,]+?)[,.]")  # reasons.
 
 def main_reason(pod: dict) -> str:
     """The first (most frequent) reason of the pod's PodScheduled=False message."""
-    message = ""
-    for c in (pod.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            message = c.get("message") or ""
+    c = scheduled_condition(pod)
+    message = (c.get("message") or "") if c and c.get("status") == "False" else ""
     if not message:
         return WAITING
     if message.startswith(reasons.INVALID_REQUEST):
@@ -74,15 +74,7 @@ class PendingCollector(Collector):
         self.pods = pods
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        for _ in range(10):  # the decision thread may change the dict while we copy it
-            try:
-                pods = list(self.pods())
-                break
-            except RuntimeError:
-                continue
-        else:
-            pods = []
-        yield from pending_families(pods)
+        yield from pending_families(copy_of(self.pods))
 
     def describe(self):
         return []

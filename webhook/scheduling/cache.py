@@ -46,6 +46,14 @@ def is_bound(pod: dict) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
+def scheduled_condition(pod: dict) -> dict | None:
+    """The pod's PodScheduled condition (a scheduler's last word on it), if any."""
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            return c
+    return None
+
+
 class PodCache:
     def __init__(self, mt: MthreadsConfig, scheduler_name: str | None = None,
                  on_settled: Callable[[str], None] | None = None,
