@@ -332,18 +332,14 @@ class ExtenderStack(Scheduler):
         from tests.harness.allocator import ALLOCATOR_USER
         from tests.harness.extender import start_stack
         from tests.harness.kube import ADMIN
-        from tests.harness.wait import wait_for
         self.stack = start_stack(self.cluster, self.workdir, ALLOCATOR_USER, ADMIN, verbosity=1)
-        wait_for(self.stack[0].healthy, 60, what="extender /readyz")
         self.proc = self.stack[1].proc
 
     def pids(self) -> dict[str, int]:
-        ext = self.stack[0].proc.pid
         try:  # gunicorn's one worker does the work; the master only watches it
-            with open(f"/proc/{ext}/task/{ext}/children") as f:
-                ext = int(f.read().split()[0])
-        except (OSError, IndexError, ValueError):
-            pass
+            ext = self.stack[0].workers()[0]
+        except (OSError, IndexError):
+            ext = self.stack[0].proc.pid
         return {"scheduler": self.proc.pid, "extender": ext}
 
     def stop(self) -> None:

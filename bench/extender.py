@@ -113,7 +113,6 @@ def run(args) -> Section:
         grant_allocator_rbac(admin)  # the extender binds as the allocator's identity
         stack = start_stack(cluster, workdir, ALLOCATOR_USER, ADMIN)
         extender, scheduler = stack
-        wait_for(extender.healthy, 60, what="extender /readyz")
         wait_for(scheduler.healthy, 90, what="kube-scheduler /healthz")
         for r in range(rounds):
             res = _one_round(admin, f"bx{r}", pods)

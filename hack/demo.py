@@ -26,6 +26,7 @@ from tests.harness.allocator import (ALLOCATOR_USER, AllocatorProcess,  # noqa: 
 from tests.harness.kube import ADMIN, LocalCluster, ensure_namespace, make_fake_node  # noqa: E402
 from tests.harness.kubectl import kubectl  # noqa: E402
 from tests.harness.registration import REPO_ROOT, webhook_configurations  # noqa: E402
+from tests.harness.wait import wait_for  # noqa: E402
 from tests.harness.webhook import WebhookProcess  # noqa: E402
 
 EXAMPLES = REPO_ROOT / "manifests" / "examples" / "mthreads"
@@ -111,26 +112,22 @@ def get_pod(cluster, name: str) -> dict:
 
 
 def wait_bound(cluster, name: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not get_pod(cluster, name)["spec"].get("nodeName"):
-        if time.monotonic() > deadline:
-            print(f"  ({name} not placed after {timeout:.0f} s: {wait_reason(cluster, name, 1)})")
-            return
-        time.sleep(0.3)
+    try:
+        wait_for(lambda: get_pod(cluster, name)["spec"].get("nodeName"), timeout, 0.3)
+    except AssertionError:  # the demo goes on, saying why
+        print(f"  ({name} not placed after {timeout:.0f} s: {wait_reason(cluster, name, 1)})")
 
 
 def wait_reason(cluster, name: str, timeout: float = 30) -> str:
     """The FailedScheduling message the allocator writes on a pod that fits nowhere."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def events():
         out = kubectl(cluster, ADMIN, "get", "events", "-n", "demo", "-o", "json",
                       "--field-selector", f"involvedObject.name={name},reason=FailedScheduling")
-        items = json.loads(out.stdout or "{}").get("items") or []
-        if items:
-            return f"Warning  FailedScheduling  {items[-1]['message']}"
-        if time.monotonic() > deadline:
-            return "no FailedScheduling event yet"
-        time.sleep(0.3)
+        return json.loads(out.stdout or "{}").get("items") or []
+    try:
+        return f"Warning  FailedScheduling  {wait_for(events, timeout, 0.3)[-1]['message']}"
+    except AssertionError:
+        return "no FailedScheduling event yet"
 
 
 def cards_table(cluster) -> str:

@@ -1,6 +1,7 @@
 """Pods, nodes and AdmissionReviews as the API server sends them, for tests: the admission
 side's (`container`, `pod`, the reviews) and the scheduling side's (`mt_node`, `slice_`,
-`whole`, `plain`, `sched_pod`: pods the way the webhook mutates them, with uids)."""
+`whole`, `plain`, `sched_pod`, `bound_slice`: pods the way the webhook mutates them, with
+uids)."""
 
 from __future__ import annotations
 
@@ -155,6 +156,13 @@ def sched_pod(*containers: dict, init: tuple = (), name: str | None = None, name
             "metadata": {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()),
                          "annotations": dict(annotations or {})},
             "spec": s, "status": {"phase": phase}}
+
+
+def bound_slice(name: str, node: str, allocated: str, namespace: str = "team",
+                phase: str = "Running") -> dict:
+    """A running pod of a small slice, bound to `node` with the given allocation annotation."""
+    return sched_pod(slice_(2), name=name, namespace=namespace, node=node, phase=phase,
+                     annotations={"hami.io/mthreads-vgpu-devices-allocated": allocated})
 
 
 def ephemeral_update(p: dict, debug: dict, legacy: bool = False) -> dict:

@@ -10,27 +10,25 @@ import random
 import kubernetes.client as k
 import pytest
 
-from tests.allocator.test_cluster import bound, create, get
+from tests.allocator.test_cluster import create
 from tests.builders import sched_pod as pod, slice_, whole
-from tests.harness.invariants import check, check_allocatable
-from tests.harness.kube import end_pod, list_pods, mthreads_resources, read_node, set_node_resources
+from tests.harness.invariants import S4000_MIB, check, check_allocatable
+from tests.harness.kube import (bound_pod, end_pod, list_pods, mthreads_resources, read_node, refused,
+                                set_node_resources)
 from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 
 VGPU, MEM, CORE = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
-S4000_MIB = 96 * 512
 
 
 def unschedulable(admin, ns, name) -> str | None:
     """The PodScheduled=False message, once the allocator has written one."""
-    for c in get(admin, ns, name)["status"].get("conditions") or ():
-        if c["type"] == "PodScheduled" and c["status"] == "False":
-            return c["message"]
-    return None
+    c = refused(admin, ns, name)
+    return c and c["message"]
 
 
-def caps(node: str, cards: int) -> dict[str, int]:
+def caps(node: str, cards: int) -> dict[str, int]:  # S4000 cards
     return {f"{node}-mthreads-{i}": S4000_MIB for i in range(cards)}
 
 
@@ -58,9 +56,9 @@ def test_lowered_allocatable_bounds_each_resource_until_restored(
     start_allocator()
     names = [create(admin, namespace, on(fleet, container(), name=f"p{i}"))["metadata"]["name"]
              for i in range(total)]
-    wait_for(lambda: all(bound(admin, namespace, n) or unschedulable(admin, namespace, n)
+    wait_for(lambda: all(bound_pod(admin, namespace, n) or unschedulable(admin, namespace, n)
                          for n in names), 60, what="every pod bound or reported")
-    placed = [n for n in names if bound(admin, namespace, n)]
+    placed = [n for n in names if bound_pod(admin, namespace, n)]
     assert len(placed) == fit
     for n in set(names) - set(placed):
         assert f"1 Insufficient {resource}" in unschedulable(admin, namespace, n)
@@ -68,7 +66,7 @@ def test_lowered_allocatable_bounds_each_resource_until_restored(
     assert check_allocatable(pods, [read_node(admin, node)])[node][resource] == int(lowered[resource])
     check(pods, caps(node, 2))
     set_node_resources(admin, node, allocatable=full)  # the card is healthy again
-    wait_for(lambda: all(bound(admin, namespace, n) for n in names), 60,
+    wait_for(lambda: all(bound_pod(admin, namespace, n) for n in names), 60,
              what="the waiting pods bound once allocatable is restored")
     pods = list_pods(admin, namespace)
     check_allocatable(pods, [read_node(admin, node)])
@@ -82,7 +80,7 @@ def test_a_card_failing_under_running_pods_then_the_plugin_restarting(
     running = [create(admin, namespace, on(fleet, slice_(32, 4, name="a"), name=f"r{i}"))["metadata"]["name"]
                for i in range(4)]
     for n in running:
-        wait_for(lambda n=n: bound(admin, namespace, n), 30, what=f"{n} bound")
+        wait_for(lambda n=n: bound_pod(admin, namespace, n), 30, what=f"{n} bound")
     # a card fails under them: 128 units bound, 96 allocatable. Nothing is evicted, nothing new binds.
     seen = alloc.log().count(f"node {node}: now ")
     set_node_resources(admin, node, allocatable=mthreads_resources(1, 96))
@@ -90,11 +88,11 @@ def test_a_card_failing_under_running_pods_then_the_plugin_restarting(
     create(admin, namespace, on(fleet, slice_(8, name="a"), name="late"))
     message = wait_for(lambda: unschedulable(admin, namespace, "late"), 30, what="late reported")
     assert f"1 Insufficient {MEM}" in message
-    assert all(bound(admin, namespace, n)["spec"]["nodeName"] == node for n in running)
+    assert all(bound_pod(admin, namespace, n)["spec"]["nodeName"] == node for n in running)
     check_allocatable(list_pods(admin, namespace), [read_node(admin, node)], bound_before=set(running))
     end_pod(admin, namespace, running[0])  # 96 bound: still no room for 8 more
     end_pod(admin, namespace, running[1])  # 64 bound: room
-    wait_for(lambda: bound(admin, namespace, "late"), 30, what="late bound once pods ended")
+    wait_for(lambda: bound_pod(admin, namespace, "late"), 30, what="late bound once pods ended")
     check_allocatable(list_pods(admin, namespace), [read_node(admin, node)], bound_before=set(running))
     # the device plugin restarts: it reports nothing, then everything again
     seen = alloc.log().count(f"node {node}: now ")
@@ -106,7 +104,7 @@ def test_a_card_failing_under_running_pods_then_the_plugin_restarting(
     assert "1 NodeInsufficientDevice" in message
     full = mthreads_resources(2, 96)
     set_node_resources(admin, node, capacity=full, allocatable=full)
-    wait_for(lambda: bound(admin, namespace, "after"), 30,
+    wait_for(lambda: bound_pod(admin, namespace, "after"), 30,
              what="after bound once the plugin reports its cards, without a restart")
     assert alloc.running()
     pods = list_pods(admin, namespace)
@@ -124,7 +122,7 @@ def test_a_node_whose_capacity_is_not_whole_cards_is_named(admin, fleet, namespa
     message = wait_for(lambda: unschedulable(admin, namespace, "p"), 30, what="p reported")
     assert f"1 NodeCardsInconsistent ({node}: {why})" in message
     set_node_resources(admin, node, capacity={CORE: "32"}, allocatable={CORE: "32"})
-    wait_for(lambda: bound(admin, namespace, "p"), 30, what="p bound once the capacity reads as cards")
+    wait_for(lambda: bound_pod(admin, namespace, "p"), 30, what="p bound once the capacity reads as cards")
 
 
 def test_capacity_growing_and_shrinking_under_load(admin, fleet, namespace, start_allocator):
@@ -136,7 +134,7 @@ def test_capacity_growing_and_shrinking_under_load(admin, fleet, namespace, star
     alloc = start_allocator()
     steps = [(4, 0), (1, 0), (4, 1), (3, 0), (2, 2), (4, 0)]  # (cards, of them unhealthy)
     create(admin, namespace, on(fleet, slice_(2, name="a"), name="probe"))
-    wait_for(lambda: bound(admin, namespace, "probe"), 30, what="the allocator deciding (listed)")
+    wait_for(lambda: bound_pod(admin, namespace, "probe"), 30, what="the allocator deciding (listed)")
     made = 0
     for cards, down in steps:
         seen = alloc.log().count(f"node {node}: now ")
@@ -155,7 +153,7 @@ def test_capacity_growing_and_shrinking_under_load(admin, fleet, namespace, star
                             lambda: whole(1, 96, name="a")])()
             names.append(create(admin, namespace, on(fleet, c, name=f"l{made}"))["metadata"]["name"])
             made += 1
-        wait_for(lambda: all(bound(admin, namespace, n) or unschedulable(admin, namespace, n)
+        wait_for(lambda: all(bound_pod(admin, namespace, n) or unschedulable(admin, namespace, n)
                              for n in names), 60, what="the step's pods bound or reported")
         pods = list_pods(admin, namespace)
         check(pods, caps(node, 4))
@@ -173,12 +171,12 @@ def test_a_pod_that_ends_frees_its_card_for_the_next(admin, fleet, namespace, st
     node, = fleet(1, 96)
     start_allocator()
     create(admin, namespace, on(fleet, whole(1, 96, name="a"), name="first"))
-    wait_for(lambda: bound(admin, namespace, "first"), 30, what="first bound")
+    wait_for(lambda: bound_pod(admin, namespace, "first"), 30, what="first bound")
     create(admin, namespace, on(fleet, whole(1, 96, name="a"), name="next"))
     message = wait_for(lambda: unschedulable(admin, namespace, "next"), 30, what="next reported")
     assert "1 ExclusiveDeviceAllocateConflict" in message
     end_pod(admin, namespace, "first", phase)  # as the kubelet writes it: pods/status
-    p = wait_for(lambda: bound(admin, namespace, "next"), 30, what="next bound once first ended")
+    p = wait_for(lambda: bound_pod(admin, namespace, "next"), 30, what="next bound once first ended")
     assert p["spec"]["nodeName"] == node
     pods = list_pods(admin, namespace)
     assert check(pods, caps(node, 1))[f"{node}-mthreads-0"][2] == 1

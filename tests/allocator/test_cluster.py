@@ -12,7 +12,7 @@ import pytest
 
 from tests.builders import sched_pod as pod, slice_, whole
 from tests.harness.invariants import check as check_capacity
-from tests.harness.kube import list_pods
+from tests.harness.kube import bound_pod, list_pods, read_pod
 from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -28,15 +28,6 @@ def create(admin, ns, p) -> dict:
     return k.CoreV1Api(admin).create_namespaced_pod(ns, p, _preload_content=False) and p
 
 
-def get(admin, ns, name) -> dict:
-    return json.loads(k.CoreV1Api(admin).read_namespaced_pod(name, ns, _preload_content=False).data)
-
-
-def bound(admin, ns, name):
-    p = get(admin, ns, name)
-    return p if p["spec"].get("nodeName") else None
-
-
 def test_examples_land_where_spec_says(admin, fleet, namespace, start_allocator):
     s4, = fleet(3, 96)
     s5, = fleet(2, 160)
@@ -45,7 +36,7 @@ def test_examples_land_where_spec_says(admin, fleet, namespace, start_allocator)
     create(admin, namespace, pod(slice_(128, name="a"), name="p128"))
     create(admin, namespace, pod(slice_(160, 16, name="a"), name="p160"))
     create(admin, namespace, pod(slice_(32, 8, name="a"), slice_(16, 4, name="b"), name="two"))
-    got = {n: wait_for(lambda n=n: bound(admin, namespace, n), 30, what=f"{n} bound")
+    got = {n: wait_for(lambda n=n: bound_pod(admin, namespace, n), 30, what=f"{n} bound")
            for n in ("p96", "p128", "p160", "two")}
     assert got["p96"]["spec"]["nodeName"] == s4
     assert got["p128"]["spec"]["nodeName"] == s5
@@ -64,7 +55,7 @@ def test_examples_land_where_spec_says(admin, fleet, namespace, start_allocator)
     assert len(cards) == 1, two  # both slices of the pod on one card
     # an exclusive pod takes an idle card only
     create(admin, namespace, pod(whole(1, 96, name="a"), name="ex"))
-    ex = wait_for(lambda: bound(admin, namespace, "ex"), 30, what="ex bound")
+    ex = wait_for(lambda: bound_pod(admin, namespace, "ex"), 30, what="ex bound")
     pods = list_pods(admin, namespace)
     caps = {f"{s4}-mthreads-{i}": 49152 for i in range(3)} | {f"{s5}-mthreads-{i}": 81920 for i in range(2)}
     totals = check_capacity(pods, caps)
@@ -81,11 +72,11 @@ def test_unschedulable_then_bound_when_freed(admin, fleet, namespace, start_allo
     node, = fleet(1, 96)
     start_allocator()
     create(admin, namespace, pod(whole(1, 96, name="a"), name="first"))
-    wait_for(lambda: bound(admin, namespace, "first"), 30, what="first bound")
+    wait_for(lambda: bound_pod(admin, namespace, "first"), 30, what="first bound")
     create(admin, namespace, pod(slice_(8, 2, name="a"), name="waits"))
 
     def condition():
-        p = get(admin, namespace, "waits")
+        p = read_pod(admin, namespace, "waits")
         for c in p["status"].get("conditions") or ():
             if c["type"] == "PodScheduled" and c["status"] == "False":
                 return c
@@ -99,7 +90,7 @@ def test_unschedulable_then_bound_when_freed(admin, fleet, namespace, start_allo
     assert events[0].type == "Warning" and events[0].source.component == "hami-scheduler"
     assert events[0].message == c["message"]
     k.CoreV1Api(admin).delete_namespaced_pod("first", namespace, grace_period_seconds=0)
-    p = wait_for(lambda: bound(admin, namespace, "waits"), 30, what="waits bound after delete")
+    p = wait_for(lambda: bound_pod(admin, namespace, "waits"), 30, what="waits bound after delete")
     assert p["spec"]["nodeName"] == node
 
 
@@ -109,12 +100,12 @@ def test_deleting_a_pod_frees_its_share(admin, fleet, namespace, start_allocator
     for i in range(3):
         create(admin, namespace, pod(slice_(32, 4, name="a"), name=f"s{i}"))
     for i in range(3):
-        wait_for(lambda i=i: bound(admin, namespace, f"s{i}"), 30, what=f"s{i} bound")
+        wait_for(lambda i=i: bound_pod(admin, namespace, f"s{i}"), 30, what=f"s{i} bound")
     create(admin, namespace, pod(slice_(32, 4, name="a"), name="s3"))
     time.sleep(2)
-    assert not bound(admin, namespace, "s3")
+    assert not bound_pod(admin, namespace, "s3")
     k.CoreV1Api(admin).delete_namespaced_pod("s1", namespace, grace_period_seconds=0)
-    wait_for(lambda: bound(admin, namespace, "s3"), 30, what="s3 bound after delete")
+    wait_for(lambda: bound_pod(admin, namespace, "s3"), 30, what="s3 bound after delete")
 
 
 def test_a_refused_binding_gives_its_cards_back(admin, kube_cluster, fleet, namespace, tmp_path):
@@ -143,13 +134,13 @@ def test_a_refused_binding_gives_its_cards_back(admin, kube_cluster, fleet, name
         wait_for(lambda: (alloc.metric("mthreads_allocator_bind_seconds_count") or 0) >= 2, 30,
                  what="two bindings written and refused")
         assert alloc.metric("mthreads_allocator_pods_allocated_total") == 0
-        assert not bound(admin, namespace, "whole")
+        assert not bound_pod(admin, namespace, "whole")
         binder_role = {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}
         rbac.create_namespaced_role(namespace, {"metadata": {"name": "bind"}, "rules": [binder_role]})
         rbac.create_namespaced_role_binding(namespace, {
             "metadata": {"name": "bind"}, "subjects": subject,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bind"}})
-        p = wait_for(lambda: bound(admin, namespace, "whole"), 30, what="bound once allowed")
+        p = wait_for(lambda: bound_pod(admin, namespace, "whole"), 30, what="bound once allowed")
         assert p["spec"]["nodeName"] == node
         card = f"{node}-mthreads-0"
         totals = check_capacity(list_pods(admin, namespace), {card: 49152})

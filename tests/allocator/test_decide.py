@@ -2,6 +2,7 @@
 
 import pytest
 
+from tests.harness.invariants import requested  # the checker's own reading, independent of webhook/
 from webhook import annotations as keys
 from webhook.scheduling import reasons
 from webhook.scheduling.decide import NoFit, Placement, decide
@@ -281,16 +282,6 @@ def test_decision_reads_no_pod():
 class _Poisoned(dict):
     def __getattribute__(self, name):
         raise AssertionError(f"a decision read the pods table ({name})")
-
-
-def requested(p, resource):
-    """The test's own reading of a pod's request of one resource (the webhook writes plain
-    integers into limits and requests), summed as the kubelet does: max(app sum, max init)."""
-    def value(c):
-        return int(((c.get("resources") or {}).get("requests") or {}).get(resource, 0))
-    spec = p["spec"]
-    return max([sum(value(c) for c in spec["containers"])] +
-               [value(c) for c in spec.get("initContainers") or ()])
 
 
 def within_allocatable(p, node, pods_on_node):

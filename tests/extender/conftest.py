@@ -20,7 +20,6 @@ def stack(kube_cluster, admin, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("extender")
     extender, scheduler = start_stack(kube_cluster, workdir, ALLOCATOR_USER, ADMIN)
     try:
-        wait_for(extender.healthy, 30, what="extender /readyz")
         wait_for(scheduler.healthy, 60, what="kube-scheduler /healthz")
         yield extender, scheduler
     finally:

@@ -10,8 +10,8 @@ import pytest
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
 from tests.extender.messages import pending
+from tests.harness.invariants import ALLOCATED
 
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 FULL = 96 * 512
 
 

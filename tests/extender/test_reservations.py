@@ -7,9 +7,8 @@ import json
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
 from tests.extender.messages import add_busy_node, args, bind_args, pending
+from tests.harness.invariants import ALLOCATED, S4000_MIB, parse_allocated
 from webhook.extender.cache import RESERVE_FOR, IN_DOUBT
-
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 
 
 def filtered(client, p, names=("s4", "s5")):
@@ -160,6 +159,6 @@ def test_a_burst_of_filters_and_binds_never_overcommits(setup):
         assert client.post("/bind", json=bind_args(p, node)).get_json() == {"Error": ""}
     per_card: dict[str, int] = {}
     for _, _, body in api.bindings():
-        card, _, mem, _ = body["metadata"]["annotations"][ALLOCATED].rstrip(":;").split(",")
-        per_card[card] = per_card.get(card, 0) + int(mem)
-    assert all(v <= 96 * 512 for v in per_card.values()), per_card
+        for card, mem, _ in parse_allocated(body["metadata"]["annotations"][ALLOCATED]):
+            per_card[card] = per_card.get(card, 0) + mem
+    assert all(v <= S4000_MIB for v in per_card.values()), per_card

@@ -13,7 +13,7 @@ import kubernetes.client as k
 import pytest
 
 from tests.builders import sched_pod as pod, slice_, whole
-from tests.harness.kube import list_pods
+from tests.harness.kube import bound_pod, list_pods, read_pod, refused
 from tests.harness.wait import wait_for
 
 from tests.harness.invariants import S4000_MIB, S5000_MIB, check
@@ -34,21 +34,6 @@ def create(admin, ns, p, selector, extra_spec=None, labels=None) -> str:
     return p["metadata"]["name"]
 
 
-def get(admin, ns, name) -> dict:
-    return json.loads(k.CoreV1Api(admin).read_namespaced_pod(name, ns, _preload_content=False).data)
-
-
-def bound(admin, ns, name):
-    p = get(admin, ns, name)
-    return p if p["spec"].get("nodeName") else None
-
-
-def unschedulable(admin, ns, name):
-    for c in get(admin, ns, name)["status"].get("conditions") or ():
-        if c["type"] == "PodScheduled" and c["status"] == "False":
-            return c
-
-
 def capacities(nodes: dict[str, tuple[int, int]]) -> dict[str, int]:
     return {f"{n}-mthreads-{i}": units * 512 for n, (cards, units) in nodes.items()
             for i in range(cards)}
@@ -67,7 +52,7 @@ def test_examples_land_on_the_right_cards(stack, admin, fleet, namespace):
     create(admin, namespace, pod(slice_(160, 16, name="a"), name="p160"), sel)
     create(admin, namespace, pod(slice_(32, 8, name="a"), slice_(16, 4, name="b"), name="two"), sel)
     create(admin, namespace, pod(whole(1, 96, name="a"), name="ex"), sel)
-    got = {n: wait_for(lambda n=n: bound(admin, namespace, n), 30, what=f"{n} bound")
+    got = {n: wait_for(lambda n=n: bound_pod(admin, namespace, n), 30, what=f"{n} bound")
            for n in ("p96", "p128", "p160", "two", "ex")}
     assert got["p96"]["spec"]["nodeName"] == s4 and got["ex"]["spec"]["nodeName"] == s4
     assert got["p128"]["spec"]["nodeName"] == s5 and got["p160"]["spec"]["nodeName"] == s5
@@ -91,7 +76,7 @@ def test_pod_anti_affinity_is_kept_by_kube_scheduler(stack, admin, fleet, namesp
          "labelSelector": {"matchLabels": {"app": "apart"}}}]}}}
     names = [create(admin, namespace, pod(slice_(8, 2, name="a"), name=f"apart-{i}"), sel,
                     apart, labels={"app": "apart"}) for i in range(4)]
-    placed = [wait_for(lambda n=n: bound(admin, namespace, n) or unschedulable(admin, namespace, n),
+    placed = [wait_for(lambda n=n: bound_pod(admin, namespace, n) or refused(admin, namespace, n),
                        30, what=f"{n} decided") for n in names]
     on = [p["spec"]["nodeName"] for p in placed if "spec" in p]
     assert sorted(on) == sorted(nodes), on  # one a node: the scheduler's rule, not ours
@@ -106,7 +91,7 @@ def test_pod_anti_affinity_is_kept_by_kube_scheduler(stack, admin, fleet, namesp
     hosts = set()
     for i in range(3):
         n = create(admin, namespace, pod(slice_(32, 4, name="a"), name=f"near-{i}"), sel)
-        hosts.add(wait_for(lambda n=n: bound(admin, namespace, n), 30, what=f"{n} bound")["spec"]["nodeName"])
+        hosts.add(wait_for(lambda n=n: bound_pod(admin, namespace, n), 30, what=f"{n} bound")["spec"]["nodeName"])
     assert len(hosts) == 1, hosts
     check(list_pods(admin, namespace), capacities({n: (2, 96) for n in nodes}))
 
@@ -184,7 +169,7 @@ def test_a_burst_that_fills_every_card_binds_without_a_retry(stack, admin, fleet
     t0 = time.monotonic()
     names = create_many(admin, namespace, [pod(slice_(32, 4, name="a")) for _ in range(12)],
                         fleet.selector)
-    placed = [wait_for(lambda n=n: bound(admin, namespace, n), 45, what=f"{n} bound") for n in names]
+    placed = [wait_for(lambda n=n: bound_pod(admin, namespace, n), 45, what=f"{n} bound") for n in names]
     took = time.monotonic() - t0
     totals = check(list_pods(admin, namespace), capacities({n: (2, 96) for n in nodes}))
     assert {c: t[0] for c, t in totals.items()} == {c: 96 * 512 for c in capacities({n: (2, 96) for n in nodes})}
@@ -223,19 +208,19 @@ def test_preemption_frees_the_cards_of_lower_priority_pods(stack, admin, fleet, 
     peer = create(admin, namespace, pod(whole(1, 96, name="a"), name="peer"),
                   {"kubernetes.io/hostname": s4b}, high)
     for n in victims + [peer]:
-        wait_for(lambda n=n: bound(admin, namespace, n), 30, what=f"{n} bound")
-    card = card_of(get(admin, namespace, "low-a"))
-    assert card == card_of(get(admin, namespace, "low-b")) == f"{s4a}-mthreads-0"
+        wait_for(lambda n=n: bound_pod(admin, namespace, n), 30, what=f"{n} bound")
+    card = card_of(read_pod(admin, namespace, "low-a"))
+    assert card == card_of(read_pod(admin, namespace, "low-b")) == f"{s4a}-mthreads-0"
     urgent = create(admin, namespace, pod(whole(1, 96, name="a"), name="urgent"), fleet.selector, high)
 
     def terminating():
-        got = [get(admin, namespace, n) for n in victims]
+        got = [read_pod(admin, namespace, n) for n in victims]
         return got if all(p["metadata"].get("deletionTimestamp") for p in got) else None
     wait_for(terminating, 60, what="kube-scheduler to evict the low-priority pods")
-    assert not get(admin, namespace, peer)["metadata"].get("deletionTimestamp")
+    assert not read_pod(admin, namespace, peer)["metadata"].get("deletionTimestamp")
     for n in victims:  # the kubelet's part: the containers stopped, the pod object goes
         core.delete_namespaced_pod(n, namespace, grace_period_seconds=0)
-    placed = wait_for(lambda: bound(admin, namespace, urgent), 60, what="the high-priority pod bound")
+    placed = wait_for(lambda: bound_pod(admin, namespace, urgent), 60, what="the high-priority pod bound")
     assert placed["spec"]["nodeName"] == s4a and card_of(placed) == card
-    assert not get(admin, namespace, peer)["metadata"].get("deletionTimestamp")
+    assert not read_pod(admin, namespace, peer)["metadata"].get("deletionTimestamp")
     check(list_pods(admin, namespace), capacities({s4a: (1, 96), s4b: (1, 96)}))

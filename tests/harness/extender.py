@@ -79,7 +79,11 @@ def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, ver
         workdir / "extender.log", f"http://127.0.0.1:{ext_port}/readyz").start()
     # kube-scheduler after the extender listens: a filter that finds no one there is a
     # scheduling error, which costs that pod a status write, an Event and a backoff.
-    wait_for(extender.healthy, 60, what="extender /readyz")
+    try:
+        wait_for(extender.healthy, 60, what="extender /readyz")
+    except BaseException:
+        extender.stop()  # the caller gets no process to stop
+        raise
     sched_config = workdir / "kube-scheduler.yaml"
     sched_config.write_text(yaml.safe_dump(scheduler_config(
         cluster.kubeconfig(admin_user), f"http://127.0.0.1:{ext_port}", sched_port)))

@@ -459,6 +459,27 @@ def ensure_namespace(api_client, name: str) -> None:
             raise
 
 
+def read_pod(api_client, namespace: str, name: str) -> dict:
+    """A pod as plain JSON (no typed models)."""
+    resp = kubernetes.client.CoreV1Api(api_client).read_namespaced_pod(name, namespace,
+                                                                       _preload_content=False)
+    return json.loads(resp.data)
+
+
+def bound_pod(api_client, namespace: str, name: str) -> dict | None:
+    """The pod once a scheduler has bound it, else None (a check for wait_for)."""
+    p = read_pod(api_client, namespace, name)
+    return p if p["spec"].get("nodeName") else None
+
+
+def refused(api_client, namespace: str, name: str) -> dict | None:
+    """The pod's PodScheduled=False condition once a scheduler has written one, else None."""
+    for c in read_pod(api_client, namespace, name)["status"].get("conditions") or ():
+        if c["type"] == "PodScheduled" and c["status"] == "False":
+            return c
+    return None
+
+
 def list_pods(api_client, namespace: str) -> list[dict]:
     """The namespace's pods as plain JSON (no typed models)."""
     resp = kubernetes.client.CoreV1Api(api_client).list_namespaced_pod(namespace, _preload_content=False)

@@ -61,6 +61,11 @@ class LoggedProcess:
         """SIGTERM then SIGKILL; the exit code (None if never started)."""
         return None if self.proc is None else stop_process(self.proc, timeout)
 
+    def workers(self) -> list[int]:
+        """The PIDs of the processes it forked (a gunicorn master's workers)."""
+        pid = self.proc.pid
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 

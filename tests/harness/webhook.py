@@ -57,12 +57,6 @@ class WebhookProcess(LoggedProcess):
     def post(self, path: str, body, **kw) -> requests.Response:
         return self.session.post(f"{self.url}{path}", json=body, timeout=10, **kw)
 
-    def workers(self) -> list[int]:
-        """The gunicorn worker PIDs (the master's children)."""
-        pid = self.proc.pid
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-        return [int(p) for p in text.split()]
-
     def peer_certificate(self) -> bytes:
         """The DER certificate a new connection is served."""
         ctx = ssl.create_default_context(cafile=self.ca)

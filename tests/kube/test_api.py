@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes import client
 
+from tests.harness.kube import free_ports
 import webhook.kube.api as api_module
 from webhook.kube.api import AUTH_EVERY, Api, ApiError
 
@@ -99,9 +100,7 @@ def test_the_token_is_read_again_after_auth_every_seconds(server, monkeypatch):
 
 
 def test_an_unreachable_server_or_a_broken_answer_is_an_api_error(server):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    (closed,) = free_ports(1)  # nothing listens there
     with pytest.raises(ApiError, match=r"GET /a: .*"):
         api_for(closed).call("GET", "/a", timeout=2)
     with pytest.raises(ApiError, match=r"GET /broken: "):

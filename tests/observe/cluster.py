@@ -9,9 +9,8 @@ import kubernetes.client as k
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import sched_pod as pod
+from tests.harness.kube import bound_pod, refused
 from tests.harness.wait import wait_for
-
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 
 
 def create(admin, ns: str, p: dict) -> str:
@@ -24,20 +23,15 @@ def create(admin, ns: str, p: dict) -> str:
     return p["metadata"]["name"]
 
 
-def read(admin, ns: str, name: str) -> dict:
-    return json.loads(k.CoreV1Api(admin).read_namespaced_pod(name, ns, _preload_content=False).data)
-
-
 def wait_bound(admin, ns: str, name: str, timeout: float = 60) -> dict:
-    return wait_for(lambda: (lambda p: p if p["spec"].get("nodeName") else None)(read(admin, ns, name)),
-                    timeout, what=f"{ns}/{name} bound")
+    return wait_for(lambda: bound_pod(admin, ns, name), timeout, what=f"{ns}/{name} bound")
 
 
 def wait_unschedulable(admin, ns: str, name: str, timeout: float = 60) -> dict:
+    """The pod's PodScheduled condition once it says Unschedulable."""
     def told():
-        p = read(admin, ns, name)
-        return p if any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
-                        for c in (p.get("status") or {}).get("conditions") or ()) else None
+        c = refused(admin, ns, name)
+        return c if c and c.get("reason") == "Unschedulable" else None
     return wait_for(told, timeout, what=f"{ns}/{name} Unschedulable")
 
 
@@ -50,4 +44,4 @@ def samples(scraped: dict, name: str, **labels) -> list:
     return [s for s in scraped.get(name, ()) if all(s.labels.get(a) == b for a, b in labels.items())]
 
 
-__all__ = ["create", "pod", "read", "samples", "scrape", "wait_bound", "wait_unschedulable"]
+__all__ = ["create", "pod", "samples", "scrape", "wait_bound", "wait_unschedulable"]

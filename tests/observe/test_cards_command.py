@@ -32,8 +32,7 @@ def test_table_and_json_on_a_known_fleet(kube_cluster, admin, fleet, namespace, 
     card_a = wait_bound(admin, namespace, a)["metadata"]["annotations"][
         "hami.io/mthreads-vgpu-devices-allocated"].split(",")[0]
     wait_bound(admin, namespace, full)
-    why = next(c["message"] for c in wait_unschedulable(admin, namespace, waits)["status"]["conditions"]
-               if c["type"] == "PodScheduled")
+    why = wait_unschedulable(admin, namespace, waits)["message"]
     kubeconfig = str(kube_cluster.kubeconfig(ADMIN))
 
     out = cards("--kubeconfig", kubeconfig, "--node", s4)

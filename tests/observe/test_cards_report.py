@@ -6,17 +6,11 @@ import json
 
 import pytest
 
-from tests.builders import mt_node, plain, sched_pod as pod, slice_
+from tests.builders import bound_slice, mt_node, plain, sched_pod as pod, slice_
 from webhook.config import MthreadsConfig
 from webhook.observe.cards_report import NO_REASON, as_json, report, table
 
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 WHY = "0/2 nodes are available: 2 CardInsufficientMemory."
-
-
-def bound(name, node, text, ns="team", phase="Running"):
-    return pod(slice_(2), name=name, namespace=ns, node=node, annotations={ALLOCATED: text},
-               phase=phase)
 
 
 def event(p, message, at="2026-01-01T00:00:00Z"):
@@ -31,10 +25,10 @@ def cluster():
              mt_node("odd", capacity={"mthreads.com/sgpu-core": "20", "mthreads.com/sgpu-memory": "96"})]
     big = pod(slice_(160, 16), name="big", namespace="team")
     waiting = pod(slice_(2), name="fresh", namespace="team")
-    pods = [bound("a", "gpu-s4", "gpu-s4-mthreads-0,Mthreads,16384,8:;"),
-            bound("b", "gpu-s4", "gpu-s4-mthreads-0,Mthreads,4096,4:;"),
-            bound("done", "gpu-s4", "gpu-s4-mthreads-1,Mthreads,49152,16:;", phase="Succeeded"),
-            bound("c", "gpu-s5", "gpu-s5-mthreads-0,Mthreads,81920,16:;", ns="ml"),
+    pods = [bound_slice("a", "gpu-s4", "gpu-s4-mthreads-0,Mthreads,16384,8:;"),
+            bound_slice("b", "gpu-s4", "gpu-s4-mthreads-0,Mthreads,4096,4:;"),
+            bound_slice("done", "gpu-s4", "gpu-s4-mthreads-1,Mthreads,49152,16:;", phase="Succeeded"),
+            bound_slice("c", "gpu-s5", "gpu-s5-mthreads-0,Mthreads,81920,16:;", namespace="ml"),
             big, waiting, pod(plain(), name="web", namespace="team")]
     events = [event(big, "old message", "2025-01-01T00:00:00Z"), event(big, WHY)]
     return nodes, pods, events
@@ -75,7 +69,7 @@ def test_json_is_complete(cluster):
 
 def test_many_pods_are_cut_to_80_columns_with_a_count():
     nodes = [mt_node("n", cards=1)]
-    pods = [bound(f"worker-{i:02d}", "n", "n-mthreads-0,Mthreads,1024,0:;") for i in range(20)]
+    pods = [bound_slice(f"worker-{i:02d}", "n", "n-mthreads-0,Mthreads,1024,0:;") for i in range(20)]
     out = table(report(nodes, pods, [], MthreadsConfig()))
     row = out.splitlines()[1]
     assert len(row) <= 80 and row.rstrip().endswith(tuple(f"+{n}" for n in range(1, 20))), row
@@ -97,7 +91,7 @@ def test_an_empty_cluster_says_so():
 def test_long_node_names_give_up_the_node_column():
     name = "ip-10-0-12-34.ec2.internal"
     out = table(report([mt_node(name, cards=1)],
-                       [bound("a", name, f"{name}-mthreads-0,Mthreads,1024,1:;")], [], MthreadsConfig()))
+                       [bound_slice("a", name, f"{name}-mthreads-0,Mthreads,1024,1:;")], [], MthreadsConfig()))
     head, row = out.splitlines()[:2]
     assert head.split() == ["CARD", "MODEL", "MEMORY", "CORES", "PODS"]
     assert row.split() == [f"{name}-mthreads-0", "MTT-S4000", "1/48Gi", "1/16", "team/a"]

@@ -7,9 +7,11 @@ import kubernetes.client as k
 import pytest
 
 from tests.builders import slice_
+from tests.harness.invariants import ALLOCATED
+from tests.harness.kube import end_pod
 from tests.harness.wait import wait_for
 
-from .cluster import ALLOCATED, create, pod, samples, scrape, wait_bound, wait_unschedulable
+from .cluster import create, pod, samples, scrape, wait_bound, wait_unschedulable
 
 pytestmark = pytest.mark.cluster
 
@@ -30,7 +32,7 @@ def test_hami_metrics_follow_pods_placed_and_deleted(admin, fleet, namespace, st
     def placed():
         m = scrape(alloc.metrics_url)
         return m if len(samples(m, "hami_vgpu_memory_allocated_bytes", namespace=namespace)) == 3 \
-            and samples(m, "mthreads_allocator_pending_pods") else None
+            and samples(m, "mthreads_allocator_pending_pods", reason="CardTypeMismatch") else None
     m = wait_for(placed, 30, what="HAMi series of three containers")
     for card in (f"{s4}-mthreads-0", f"{s4}-mthreads-1"):
         limit, = samples(m, "hami_gpu_memory_limit_bytes", node=s4, device_uuid=card)
@@ -73,7 +75,7 @@ def test_hami_metrics_follow_pods_placed_and_deleted(admin, fleet, namespace, st
     assert len(samples(m, "hami_vgpu_memory_allocated_bytes", namespace=namespace)) == 1
 
     # a pod that ends (as the kubelet reports it) holds nothing any more
-    core.patch_namespaced_pod_status(a, namespace, {"status": {"phase": "Succeeded"}})
+    end_pod(admin, namespace, a)
 
     def ended():
         m = scrape(alloc.metrics_url)

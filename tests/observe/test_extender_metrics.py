@@ -5,11 +5,10 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import mt_node, sched_pod as pod, slice_
+from tests.harness.invariants import ALLOCATED
 from webhook.config import Config
 from webhook.extender.app import create_extender_app
 from webhook.extender.cache import Cache
-
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 
 
 def scrape(client) -> dict[str, list]:

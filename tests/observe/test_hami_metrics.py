@@ -6,7 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders import mt_node, sched_pod as pod, slice_
+from tests.builders import bound_slice, mt_node, sched_pod as pod, slice_
+from tests.harness.invariants import ALLOCATED
 from webhook.scheduling.inventory import node_cards
 from webhook.scheduling.state import NodeInfo
 from webhook.scheduling.resources import node_allocatable
@@ -15,7 +16,6 @@ from webhook.observe.fleet import BoundPods, bound_pod, card_views
 from webhook.observe.hami_metrics import HamiCollector
 
 MIB = 1024 * 1024
-ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 CARD_LABELS = {"node", "device_uuid", "device_index", "device_type", "zone"}
 CONTAINER_LABELS = {"namespace", "node", "pod", "container_index", "device_uuid", "zone"}
 
@@ -23,11 +23,6 @@ CONTAINER_LABELS = {"namespace", "node", "pod", "container_index", "device_uuid"
 def info(node: dict) -> NodeInfo:
     return NodeInfo(node["metadata"]["name"], node, node_cards(node, MthreadsConfig()),
                     node_allocatable(node))
-
-
-def bound(name: str, node: str, allocated: str, ns: str = "team") -> dict:
-    return pod(slice_(2), name=name, namespace=ns, node=node, annotations={ALLOCATED: allocated},
-               phase="Running")
 
 
 def scrape(nodes: list[NodeInfo], pods: BoundPods) -> dict[str, list]:
@@ -45,10 +40,10 @@ def values(samples, **labels) -> list[float]:
 def fleet():
     nodes = [info(mt_node("s4", cards=2, units=96)), info(mt_node("s5", cards=1, units=160))]
     pods = BoundPods()
-    pods.seen(bound("a", "s4", "s4-mthreads-0,Mthreads,16384,8:;"))
+    pods.seen(bound_slice("a", "s4", "s4-mthreads-0,Mthreads,16384,8:;"))
     # two containers of one pod on one card, init container first
-    pods.seen(bound("b", "s4", ";s4-mthreads-0,Mthreads,4096,2:;s4-mthreads-0,Mthreads,1024,0:;"))
-    pods.seen(bound("c", "s5", "s5-mthreads-0,Mthreads,81920,16:;"))
+    pods.seen(bound_slice("b", "s4", ";s4-mthreads-0,Mthreads,4096,2:;s4-mthreads-0,Mthreads,1024,0:;"))
+    pods.seen(bound_slice("c", "s5", "s5-mthreads-0,Mthreads,81920,16:;"))
     return nodes, pods
 
 
@@ -95,7 +90,7 @@ def test_container_families_per_container_and_card(fleet):
 
 def test_a_pod_gone_leaves_no_series(fleet):
     nodes, pods = fleet
-    a = bound("a", "s4", "s4-mthreads-0,Mthreads,16384,8:;")
+    a = bound_slice("a", "s4", "s4-mthreads-0,Mthreads,16384,8:;")
     pods.gone(a["metadata"]["uid"])  # another uid: nothing changes
     assert values(scrape(nodes, pods)["hami_vgpu_memory_allocated_bytes"], pod="a")
     for p in pods.snapshot():
@@ -123,12 +118,12 @@ def test_a_node_gone_leaves_no_card_series(fleet):
     ("nonsense", {"s4-mthreads-0": (49152, 16), "s4-mthreads-1": (49152, 16)}),
 ])
 def test_garbled_allocation_counts_as_full_like_the_allocator(text, expect):
-    held = bound_pod(bound("g", "s4", text))
+    held = bound_pod(bound_slice("g", "s4", text))
     views = {v.card.id: (v.memory_used_mib, v.cores_used)
              for v in card_views([("s4", node_cards(mt_node("s4"), MthreadsConfig()))], [held])}
     assert {c: u for c, u in views.items() if u != (0, 0)} == expect
     pods = BoundPods()
-    pods.seen(bound("g", "s4", text))
+    pods.seen(bound_slice("g", "s4", text))
     assert "hami_vgpu_memory_allocated_bytes" not in scrape([info(mt_node("s4"))], pods)
 
 
@@ -145,7 +140,7 @@ def test_pods_without_cards_are_not_held(p):
 
 def test_a_pod_seen_again_without_annotation_is_dropped():
     pods = BoundPods()
-    p = bound("a", "s4", "s4-mthreads-0,Mthreads,1024,1:;")
+    p = bound_slice("a", "s4", "s4-mthreads-0,Mthreads,1024,1:;")
     pods.seen(p)
     del p["metadata"]["annotations"][ALLOCATED]
     pods.seen(p)

@@ -14,7 +14,7 @@ from tests.builders import slice_
 from tests.harness.wait import wait_for
 from tests.harness.kube import ADMIN
 from tests.harness.kubectl import kubectl
-from tests.harness.registration import REPO_ROOT, webhook_configurations
+from tests.harness.registration import REPO_ROOT, wait_until_called, webhook_configurations
 from tests.harness.webhook import WebhookProcess
 from webhook.observe.pending_metrics import KNOWN
 
@@ -62,8 +62,8 @@ def webhook_for(kube_cluster, tmp_path):
             m.stop()
 
 
-def test_dashboard_queries_return_data(admin, fleet, namespace, start_allocator, webhook_for,
-                                       tmp_path):
+def test_dashboard_queries_return_data(admin, kube_cluster, fleet, namespace, start_allocator,
+                                       webhook_for, tmp_path):
     k.CoreV1Api(admin).patch_namespace(namespace, {"metadata": {"labels": {SCOPE: namespace}}})
     s4, = fleet(2, 96)
     s5, = fleet(1, 160)
@@ -76,14 +76,18 @@ def test_dashboard_queries_return_data(admin, fleet, namespace, start_allocator,
                     "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]},
     }).start()
     try:
-        wait_for(prom.ready, 60, what="prometheus ready")
+        wait_for(prom.ready, 60, what="prometheus ready", alive=prom)
         alloc.wait_healthy()
         # as users write them, through the API server and the webhook: placed, denied, and
         # one that fits nowhere (the only S5000 card is taken whole); the webhook sets the
         # scheduler name
         user = pod(slice_(32, 8, name="train"), name="slice")
         user["spec"].pop("schedulerName")
-        wait_for(lambda: _try_create(admin, namespace, user), 30, what="the webhook admitting a pod")
+        probe = json.loads(json.dumps(user))
+        probe["metadata"] = {"name": "probe", "namespace": namespace}
+        probe.pop("status")
+        wait_until_called(kube_cluster, namespace, json.dumps(probe))
+        create(admin, namespace, user)
         for name in ("whole-s5000", "second-s5000"):
             p = pod(slice_(160, 16, name="c"), name=name)
             p["spec"].pop("schedulerName")
@@ -124,29 +128,6 @@ def test_dashboard_queries_return_data(admin, fleet, namespace, start_allocator,
         assert all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
     finally:
         prom.stop()
-
-
-def _try_create(admin, ns: str, p: dict) -> bool:
-    """The API server takes a moment to call a newly registered webhook: until the pod comes
-    back patched, delete it and try again."""
-    create(admin, ns, p)
-    got = json.loads(k.CoreV1Api(admin).read_namespaced_pod(p["metadata"]["name"], ns,
-                                                            _preload_content=False).data)
-    if got["spec"].get("schedulerName") == "hami-scheduler":
-        return True
-    k.CoreV1Api(admin).delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
-    wait_for(lambda: not _exists(admin, ns, p["metadata"]["name"]), 30, what="pod deleted")
-    return False
-
-
-def _exists(admin, ns: str, name: str) -> bool:
-    try:
-        k.CoreV1Api(admin).read_namespaced_pod(name, ns)
-        return True
-    except k.ApiException as e:
-        if e.status == 404:
-            return False
-        raise
 
 
 def _alert_names() -> set[str]:
