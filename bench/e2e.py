@@ -336,11 +336,7 @@ class ExtenderStack(Scheduler):
         self.proc = self.stack[1].proc
 
     def pids(self) -> dict[str, int]:
-        try:  # gunicorn's one worker does the work; the master only watches it
-            ext = self.stack[0].workers()[0]
-        except (OSError, IndexError):
-            ext = self.stack[0].proc.pid
-        return {"scheduler": self.proc.pid, "extender": ext}
+        return {"scheduler": self.proc.pid, "extender": self.stack[0].proc.pid}
 
     def stop(self) -> None:
         if self.stack is not None:

@@ -11,7 +11,9 @@ from tests.extender.messages import handler_setup
 @pytest.fixture
 def setup():
     """The extender app on a cache fed by hand and a fake API (tests/extender/messages.py)."""
-    return handler_setup()
+    client, cache, api = handler_setup()
+    yield client, cache, api
+    client.close()
 
 
 @pytest.fixture(scope="module")

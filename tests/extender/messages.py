@@ -6,23 +6,34 @@ from __future__ import annotations
 import json
 
 from tests.builders import mt_node, sched_pod, slice_
-from tests.harness.fake_api import FakeApi
+from tests.harness.asgi import AsgiClient
+from tests.harness.fake_api import AsyncFakeApi, FakeApi
 from webhook.config import parse_config
-from webhook.extender.app import create_extender_app
+from webhook.extender.asgi import READY_WAIT, ExtenderApp
 from webhook.extender.cache import Cache
+from webhook.extender.verbs import Extender
+from webhook.observe.hami_metrics import metrics_page
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
 
 
 def handler_setup():
-    """(Flask test client, the cache with nodes s4 (2 S4000 cards) and s5 (2 S5000), fake API)."""
+    """(a client of the extender app, the cache with nodes s4 (2 S4000 cards) and s5 (2
+    S5000), fake API)."""
     api = FakeApi()
     cache = Cache(CONFIG, api)
     nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
     cache.apply("node", "RESET", nodes)
     cache.apply("pod", "RESET", [])
-    app = create_extender_app(CONFIG, cache)
-    return app.test_client(), cache, api
+    return extender_client(cache, api), cache, api
+
+
+def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,
+                    ready_wait: float = READY_WAIT) -> AsgiClient:
+    """A client of the extender app (asgi.py) over `cache`, binding through `api`."""
+    ext = Extender(config, cache, AsyncFakeApi(api or FakeApi()))
+    metrics = metrics_page(lambda: cache.state.nodes.values(), cache.bound)
+    return AsgiClient(ExtenderApp(ext, metrics, ready_wait=ready_wait))
 
 
 def pending(cache, api, p):

@@ -1,4 +1,4 @@
-"""The extender's request/response handling, with Flask's test client and a fake API.
+"""The extender's request/response handling, with an in-process ASGI client and a fake API.
 
 Payloads are shaped as kube-scheduler 1.20 sends them: the extender/v1 Go structs have no
 json tags, so the top-level keys are the Go field names (`Pod`, `NodeNames`, `PodUID`...).
@@ -12,9 +12,9 @@ import threading
 import pytest
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
-from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, pending
-from webhook.extender.app import NOT_SYNCED, create_extender_app
+from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, extender_client, pending
 from webhook.extender.cache import Cache
+from webhook.extender.verbs import NOT_SYNCED
 from webhook.extender.decisions import NOT_IN_CACHE
 
 def test_filter_96_units_only_on_s4000(setup):
@@ -54,16 +54,14 @@ def test_filter_unknown_node_and_bad_body(setup):
     assert client.post("/filter", json=args(p, ["s4", "ghost"])).get_json()["NodeNames"] == ["s4"]
     body = client.post("/filter", json=args(p, ["ghost"])).get_json()
     assert body["NodeNames"] == [] and body["FailedNodes"] == {"ghost": NOT_IN_CACHE}
-    r = client.post("/filter", data="not json", content_type="application/json")
+    r = client.post("/filter", data="not json")
     assert r.status_code == 400 and r.get_json()["Error"].startswith("bad request")
 
 
 def test_not_synced_is_an_error(setup):
     _, _, api = setup
     cache = Cache(CONFIG, api)
-    app = create_extender_app(CONFIG, cache)
-    app.extensions["mthreads_extender"].ready_wait = 0.05  # it waits a little for the list first
-    client = app.test_client()
+    client = extender_client(cache, api, ready_wait=0.05)  # it waits a little for the list first
     p = pod(slice_(8, 2))
     assert client.post("/filter", json=args(p)).get_json()["Error"] == NOT_SYNCED
     assert client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"] == NOT_SYNCED
@@ -237,17 +235,7 @@ def test_concurrent_binds_never_overcommit(setup):
     client, cache, api = setup
     api.delay = 0.02  # the writes overlap
     pods = [pending(cache, api, pod(slice_(32, 6))) for _ in range(12)]
-    results = []
-
-    def go(p):
-        c = client.application.test_client()
-        results.append(c.post("/bind", json=bind_args(p, "s4")).get_json()["Error"])
-
-    threads = [threading.Thread(target=go, args=(p,)) for p in pods]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
+    results = [r.get_json()["Error"] for r in client.gather([("/bind", bind_args(p, "s4")) for p in pods])]
     assert results.count("") == 4  # 2 cards x 2 slices of 32+6 (cores: 16 per card)
     per_card: dict[str, int] = {}
     for _, _, body in api.bindings():
@@ -262,7 +250,7 @@ def test_a_filter_during_the_first_list_waits_for_it(setup):
     it (bounded) instead of answering an error, which would park the pod for up to a minute."""
     _, _, api = setup
     cache = Cache(CONFIG, api)
-    client = create_extender_app(CONFIG, cache).test_client()
+    client = extender_client(cache, api)
     p = pod(slice_(8, 2))
 
     def listed():

@@ -66,27 +66,35 @@ class Process(LoggedProcess):
         return _up(self.health_url)
 
 
-def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2):
-    """(extender, kube-scheduler), both started, the extender ready; the caller waits for
-    kube-scheduler to be healthy.
-    `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1)."""
-    ext_port, sched_port = free_ports(2)
+def start_extender(cluster, workdir: Path, extender_user: str) -> tuple[Process, str]:
+    """The extender, started and ready (its first list done), and its URL."""
+    (ext_port,) = free_ports(1)
     config = workdir / "config.yaml"
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
+    url = f"http://127.0.0.1:{ext_port}"
     extender = Process(
         [sys.executable, "-m", "webhook.extender", "--config", str(config), "--kubeconfig",
          str(cluster.kubeconfig(extender_user)), "--bind", f"127.0.0.1:{ext_port}"],
-        workdir / "extender.log", f"http://127.0.0.1:{ext_port}/readyz").start()
-    # kube-scheduler after the extender listens: a filter that finds no one there is a
-    # scheduling error, which costs that pod a status write, an Event and a backoff.
+        workdir / "extender.log", f"{url}/readyz").start()
     try:
         wait_for(extender.healthy, 60, what="extender /readyz")
     except BaseException:
         extender.stop()  # the caller gets no process to stop
         raise
+    return extender, url
+
+
+def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2):
+    """(extender, kube-scheduler), both started, the extender ready; the caller waits for
+    kube-scheduler to be healthy.
+    `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1)."""
+    # kube-scheduler after the extender listens: a filter that finds no one there is a
+    # scheduling error, which costs that pod a status write, an Event and a backoff.
+    extender, url = start_extender(cluster, workdir, extender_user)
+    (sched_port,) = free_ports(1)
     sched_config = workdir / "kube-scheduler.yaml"
     sched_config.write_text(yaml.safe_dump(scheduler_config(
-        cluster.kubeconfig(admin_user), f"http://127.0.0.1:{ext_port}", sched_port)))
+        cluster.kubeconfig(admin_user), url, sched_port)))
     scheduler = Process(
         [str(cluster.kube_scheduler_path), f"--config={sched_config}", "--secure-port=0",
          f"--v={verbosity}"],

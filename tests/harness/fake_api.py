@@ -1,9 +1,11 @@
 """A fake of the few API server calls the allocator and the extender make (webhook.kube.api.Api),
 for unit tests that must start no process: pods/binding (answering `status`, or raising as an
-unreachable server does), GET of a pod from `pods`, and 200 for anything else (reports)."""
+unreachable server does), GET of a pod from `pods`, and 200 for anything else (reports).
+`AsyncFakeApi`: a FakeApi's calls awaited, as the extender makes them (kube.async_api.AsyncApi)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -21,10 +23,16 @@ class FakeApi:
         self.lock = threading.Lock()
 
     def call(self, method, path, query=None, body=None, **kw):
-        with self.lock:
-            self.calls.append((method, path, body))
+        self._record(method, path, body)
         if self.delay:
             time.sleep(self.delay)
+        return self._answer(method, path, body)
+
+    def _record(self, method, path, body) -> None:
+        with self.lock:
+            self.calls.append((method, path, body))
+
+    def _answer(self, method, path, body) -> Reply:
         parts = path.split("/")
         is_pod = len(parts) >= 7 and parts[3] == "namespaces" and parts[5] == "pods"
         if method == "GET" and is_pod:
@@ -50,3 +58,16 @@ class FakeApi:
 
     def stream(self, *a, **kw):
         raise ApiError("the fake API has no watches")
+
+
+class AsyncFakeApi:
+    """`fake`'s calls, awaited: its settings (status, delay...) and record are shared."""
+
+    def __init__(self, fake: FakeApi):
+        self.fake = fake
+
+    async def call(self, method, path, query=None, body=None, **kw):
+        self.fake._record(method, path, body)
+        if self.fake.delay:
+            await asyncio.sleep(self.fake.delay)
+        return self.fake._answer(method, path, body)

@@ -4,65 +4,12 @@ that header, and what a server that cannot be reached or that breaks off its ans
 
 from __future__ import annotations
 
-import json
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
-from kubernetes import client
 
 from tests.harness.kube import free_ports
+from tests.kube.recorder import Recorder, api_for
 import webhook.kube.api as api_module
-from webhook.kube.api import AUTH_EVERY, Api, ApiError
-
-
-class Recorder(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    seen: list[dict] = []
-
-    def _answer(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        Recorder.seen.append({"method": self.command, "path": self.path,
-                              "auth": self.headers.get("Authorization"),
-                              "type": self.headers.get("Content-Type"),
-                              "body": json.loads(body) if body else None})
-        if self.path.startswith("/broken"):  # promises more than it sends, then hangs up
-            self.send_response(200)
-            self.send_header("Content-Length", "1000")
-            self.end_headers()
-            self.wfile.write(b'{"kind":')
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        out = json.dumps({"kind": "Status", "message": "made"}).encode()
-        self.send_response(201)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    do_GET = do_POST = do_PATCH = _answer
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def server():
-    Recorder.seen = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def api_for(port: int, token: str = "first") -> Api:
-    cfg = client.Configuration(host=f"http://127.0.0.1:{port}")
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    return Api(client.ApiClient(cfg))
+from webhook.kube.api import AUTH_EVERY, ApiError
 
 
 def test_a_call_sends_the_path_query_body_and_token(server):
@@ -71,6 +18,7 @@ def test_a_call_sends_the_path_query_body_and_token(server):
                      body={"kind": "Binding", "target": {"name": "n1"}})
     assert (reply.status, reply.body["message"], reply.ok) == (201, "made", True)
     (seen,) = Recorder.seen
+    del seen["port"]
     assert seen == {"method": "POST", "auth": "Bearer first", "type": "application/json",
                     "path": "/api/v1/namespaces/a/pods/p/binding?fieldSelector=x%21%3Dy%2Cz",
                     "body": {"kind": "Binding", "target": {"name": "n1"}}}

@@ -6,15 +6,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import mt_node, sched_pod as pod, slice_
 from tests.harness.invariants import ALLOCATED
+from tests.extender.messages import extender_client
 from webhook.config import Config
-from webhook.extender.app import create_extender_app
 from webhook.extender.cache import Cache
 
 
 def scrape(client) -> dict[str, list]:
     reply = client.get("/metrics")
-    assert reply.status_code == 200 and reply.content_type.startswith("text/plain")
-    return {f.name: f.samples for f in text_string_to_metric_families(reply.get_data(as_text=True))}
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    return {f.name: f.samples for f in text_string_to_metric_families(reply.data.decode())}
 
 
 def test_extender_exports_hamis_families_and_forgets_deleted_pods():
@@ -23,7 +23,7 @@ def test_extender_exports_hamis_families_and_forgets_deleted_pods():
     p = pod(slice_(32, 8), name="a", namespace="team", node="s4", phase="Running",
             annotations={ALLOCATED: "s4-mthreads-1,Mthreads,16384,8:;"})
     cache.apply("pod", "RESET", [p])
-    client = create_extender_app(Config(), cache).test_client()
+    client = extender_client(cache, config=Config())
     m = scrape(client)
     used = {s.labels["device_uuid"]: s.value for s in m["hami_gpu_memory_allocated_bytes"]}
     assert used == {"s4-mthreads-0": 0, "s4-mthreads-1": 16384 * 1024 * 1024}

@@ -2,8 +2,9 @@
 the watches, with the few questions the HTTP handlers ask of it.
 
 kube-scheduler sends node names only, so the extender keeps the nodes and the bound pods'
-shares itself (it is node-cache capable). The handlers run on gunicorn's threads and the
-watch events are applied on this cache's thread; every read and change of the pod cache
+shares itself (it is node-cache capable). The verbs run on the server's event loop (and
+/preempt on a few threads, extender/asgi.py) and the watch events are applied on this
+cache's thread; every read and change of the pod cache
 happens inside one method here, under the lock; the API calls are made outside it.
 
 Reservations: the filter chooses the node and the cards and counts them at once (an assumed
@@ -266,8 +267,13 @@ class Cache:
     def resolve(self, uid: str, namespace: str, name: str) -> tuple[str, int, dict | None]:
         """Read a pod and learn from it: ("bound" | "unbound" | "gone" | "unknown", status, pod)."""
         status, pod = self.read_pod(namespace, name)
+        return self.learn(uid, status, pod), status, pod
+
+    def learn(self, uid: str, status: int, pod: dict | None) -> str:
+        """What a fresh read of a pod (HTTP status, pod or None) tells of its binding:
+        "bound" | "unbound" | "gone" | "unknown"."""
         with self.lock:
-            return self.pods.resolved(uid, status, pod), status, pod
+            return self.pods.resolved(uid, status, pod)
 
 
 def _facts(pod: dict) -> PodFacts:

@@ -37,6 +37,15 @@ class Reply:
     def ok(self) -> bool:
         return 200 <= self.status < 300
 
+    @classmethod
+    def of(cls, status: int, raw: bytes) -> "Reply":
+        """The reply to a JSON request: a body that is not a JSON object is None."""
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = None
+        return cls(status, parsed if isinstance(parsed, dict) else None)
+
     def message(self) -> str:
         if isinstance(self.body, dict) and self.body.get("message"):
             return f"{self.status} {self.body['message']}"
@@ -76,7 +85,7 @@ class Api:
         self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})
         self._auth_lock = threading.Lock()
 
-    def _auth_headers(self) -> dict[str, str]:
+    def auth_headers(self) -> dict[str, str]:
         at, headers = self._auth
         if time.monotonic() - at < AUTH_EVERY:
             return headers
@@ -90,7 +99,7 @@ class Api:
 
     def _send(self, method: str, path: str, query: dict | None, body, content_type: str | None,
               timeout):
-        headers = {"Accept": "application/json", **self._auth_headers()}
+        headers = {"Accept": "application/json", **self.auth_headers()}
         if content_type:
             headers["Content-Type"] = content_type
         url = self.api_client.configuration.host + path
@@ -115,11 +124,7 @@ class Api:
             raise ApiError(f"{method} {path}: {type(e).__name__}: {e}") from None
         finally:
             resp.release_conn()
-        try:
-            parsed = json.loads(raw) if raw else None
-        except ValueError:
-            parsed = None
-        return Reply(resp.status, parsed if isinstance(parsed, dict) else None)
+        return Reply.of(resp.status, raw)
 
     def stream(self, path: str, query: dict, read_timeout: float):
         """A watch: the raw response, to read line by line; the caller closes it.

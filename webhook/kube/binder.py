@@ -23,13 +23,20 @@ EVENT_KIND = "bind"  # the kind of the queue items a binding's outcome is posted
 READ_KIND = "read"  # ... and a re-read's
 
 
+def _binding_path(body: dict) -> str:
+    meta = body["metadata"]
+    return f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding"
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+
 def post_binding(api: Api, body: dict) -> tuple[int | None, str]:
     """Write one pods/binding: (HTTP status, message); status None: the API server was not
     reached, the write may have happened."""
-    meta = body["metadata"]
     try:
-        reply = api.call("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
-                         body=body)
+        reply = api.call("POST", _binding_path(body), body=body)
     except ApiError as e:
         return None, str(e)
     return reply.status, reply.message()
@@ -38,7 +45,25 @@ def post_binding(api: Api, body: dict) -> tuple[int | None, str]:
 def read_pod(api: Api, namespace: str, name: str) -> tuple[int, dict | None]:
     """A fresh GET: (HTTP status, the pod or None); (0, None) if the API server was not reached."""
     try:
-        reply = api.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        reply = api.call("GET", _pod_path(namespace, name))
+    except ApiError:
+        return 0, None
+    return reply.status, reply.body if reply.ok else None
+
+
+async def post_binding_async(api, body: dict) -> tuple[int | None, str]:
+    """`post_binding` on an event loop (`api`: an AsyncApi)."""
+    try:
+        reply = await api.call("POST", _binding_path(body), body=body)
+    except ApiError as e:
+        return None, str(e)
+    return reply.status, reply.message()
+
+
+async def read_pod_async(api, namespace: str, name: str) -> tuple[int, dict | None]:
+    """`read_pod` on an event loop (`api`: an AsyncApi)."""
+    try:
+        reply = await api.call("GET", _pod_path(namespace, name))
     except ApiError:
         return 0, None
     return reply.status, reply.body if reply.ok else None

@@ -1,17 +1,17 @@
-"""The extender's HTTP endpoints: POST /filter, /prioritize, /preempt, /bind; GET /healthz,
-/readyz.
-
-`create_extender_app(config, state_source)` takes the state source (a `cache.Cache`, started
-or fed by hand) so that the handlers can be tested with Flask's test client.
+"""The extender's verbs (filter, prioritize, preempt, bind) on its cache: decoded messages in,
+answers out; asgi.py serves them over HTTP.
 
 Concurrency: kube-scheduler decides one pod at a time (filter, prioritize), but binds in the
-background, so the filter of the next pod may run before, during or after the bind of the
-previous one; several binds may be in flight at once. The rule that keeps the cards from
+background, so the filter of the next pod may come before, during or after the bind of the
+previous one; several binds may be under way at once. The rule that keeps the cards from
 being handed out twice and a pod from losing a race: **the filter chooses the node and the
 cards under the lock and reserves them** (an assumed share, counted by every later filter
 and bind), answering that one node; the bind writes the reservation. A bind that finds no
 reservation for its node (lapsed, or kube-scheduler chose another node) decides on the
 state of that moment, as before, and answers an error if the cards are taken since.
+
+The verbs do not wait for the cache's first list: the caller does (asgi.py), and a verb
+called before it answers that the extender is not synced.
 """
 
 from __future__ import annotations
@@ -19,35 +19,34 @@ from __future__ import annotations
 import logging
 import time
 
-from flask import Flask, jsonify, request
-
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..kube.binder import post_binding
+from ..kube.binder import post_binding_async, read_pod_async
 from ..scheduling.binding import binding_body
 from ..scheduling.decide import Placement
-from ..observe.hami_metrics import metrics_page
 from ..scheduling.request import request_of
 from . import wire
 
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
-# A call that comes while the extender is still listing (just started) waits this long for it:
-# an error would park the pod in kube-scheduler's unschedulable queue for up to a minute.
-READY_WAIT = 5.0  # seconds, below the configured httpTimeout (10 s)
 
 
 class Extender:
-    def __init__(self, config: Config, source):
-        self.config, self.source = config, source
+    """`source`: the cache (cache.Cache); `api`: an AsyncApi (or a fake) for the binds and
+    the reads they need, made on the event loop that serves the verbs."""
+
+    def __init__(self, config: Config, source, api):
+        self.config, self.source, self.api = config, source, api
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
-        self.ready_wait = READY_WAIT
+
+    def synced(self) -> bool:
+        return self.source.wait_ready(0)
 
     def filter(self, body) -> dict:
         args = wire.extender_args(body)
-        if not self.source.wait_ready(self.ready_wait):
+        if not self.synced():
             return wire.filter_error(NOT_SYNCED)
         ask = request_of(args.pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # no card to choose: every node's answer
@@ -63,7 +62,7 @@ class Extender:
 
     def preempt(self, body) -> dict:
         args = wire.preemption_args(body)
-        if not self.source.wait_ready(self.ready_wait):
+        if not self.synced():
             return wire.preemption_result({})
         ask = request_of(args.pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # the cards are not what keeps it out
@@ -80,16 +79,16 @@ class Extender:
         ask = request_of(args.pod, self.config, self.fleet)
         return wire.priority_list(self.source.scores(args.pod, ask, args.node_names))
 
-    def bind(self, body) -> dict:
+    async def bind(self, body) -> dict:
         b = wire.binding_args(body)
         who = f"{b.namespace}/{b.name}"
-        if not self.source.wait_ready(self.ready_wait):
+        if not self.synced():
             return wire.binding_result(NOT_SYNCED)
         reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node)
         if reserved is not None:
             pod, placement = reserved
-            return self._write(b, pod, placement, True)
-        pod = self._pod(b)
+            return await self._write(b, pod, placement, True)
+        pod = await self._pod(b)
         if isinstance(pod, str):
             return wire.binding_result(pod)
         ask = request_of(pod, self.config, self.fleet)
@@ -99,23 +98,22 @@ class Extender:
         if isinstance(result, str):
             log.info("bind %s on %s refused: %s", who, b.node, result)
             return wire.binding_result(f"node {b.node}: {result}")
-        return self._write(b, pod, result, ask.request is not None)
+        return await self._write(b, pod, result, ask.request is not None)
 
-    def _pod(self, b: wire.BindingArgs):
+    async def _pod(self, b: wire.BindingArgs):
         """The pod to bind, from the cache, else (or when our last write's outcome is
         unknown) from the API server."""
         who = f"{b.namespace}/{b.name}"
         pod, doubt = self.source.pending_pod(b.uid, b.namespace, b.name)
         if pod is not None and not doubt:
             return pod
+        status, pod = await read_pod_async(self.api, b.namespace, b.name)
         if doubt:
-            state, status, pod = self.source.resolve(b.uid, b.namespace, b.name)
+            state = self.source.learn(b.uid, status, pod)
             if state == "bound":
                 return f"pod {who} is already bound"
             if state == "unknown":
                 return f"pod {who}: the outcome of an earlier binding is unknown"
-        else:
-            status, pod = self.source.read_pod(b.namespace, b.name)
         if pod is None:
             return f"pod {who}: " + ("not found" if status == 404 else f"cannot be read (HTTP {status})")
         if pod["metadata"].get("uid") != b.uid:
@@ -124,10 +122,10 @@ class Extender:
             return f"pod {who} is already bound to {pod['spec']['nodeName']}"
         return pod
 
-    def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
+    async def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
         who = f"{b.namespace}/{b.name}"
         body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(), with_annotations=mthreads)
-        status, message = post_binding(self.source.api, body)
+        status, message = await post_binding_async(self.api, body)
         if status is None:
             # it may have happened: keep the share counted until a read tells
             self.source.bind_unknown(p.share, b.namespace, b.name)
@@ -140,49 +138,7 @@ class Extender:
             return wire.binding_result()
         self.source.bind_failed(p.share, pod)  # refused: nothing was written
         if status in (404, 409):  # gone, or someone else bound it: learn the truth now
-            self.source.resolve(b.uid, b.namespace, b.name)
+            self.source.learn(b.uid, *await read_pod_async(self.api, b.namespace, b.name))
         log.info("bind %s: %s", who, message)
         return wire.binding_result(f"binding {who}: {message}")
 
-
-def create_extender_app(config: Config, state_source) -> Flask:
-    app = Flask("mthreads-extender")
-    ext = Extender(config, state_source)
-    app.extensions["mthreads_extender"] = ext
-
-    def handle(fn):
-        body = request.get_json(force=True, silent=True)
-        try:
-            return jsonify(fn(body))
-        except wire.WireError as e:
-            return jsonify({"Error": f"bad request: {e}"}), 400
-
-    @app.post("/filter")
-    def filter_():
-        return handle(ext.filter)
-
-    @app.post("/prioritize")
-    def prioritize():
-        return handle(ext.prioritize)
-
-    @app.post("/preempt")
-    def preempt():
-        return handle(ext.preempt)
-
-    @app.post("/bind")
-    def bind():
-        return handle(ext.bind)
-
-    @app.get("/healthz")
-    def healthz():
-        return "ok\n", 200, {"Content-Type": "text/plain"}
-
-    app.add_url_rule("/metrics", "metrics", metrics_page(lambda: state_source.state.nodes.values(),
-                                                         state_source.bound))
-
-    @app.get("/readyz")
-    def readyz():
-        ok = state_source.ready()
-        return ("ok\n" if ok else "not synced\n"), 200 if ok else 503, {"Content-Type": "text/plain"}
-
-    return app
