@@ -760,8 +760,8 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
              "default plugins"),
             ("allocator", "`python -m webhook.allocator`, default policies, "
              "memoryPerCard [96, 160]"),
-            ("kube-scheduler + extender", f"{ks_version} (profile hami-scheduler, qps 1000, "
-             "burst 2000, --v=1) calling `python -m webhook.extender` (filter reserves, "
+            ("kube-scheduler + extender", f"{ks_version} (profile hami-scheduler, "
+             "percentageOfNodesToScore 100, qps 1000, burst 2000, --v=1) calling `python -m webhook.extender` (filter reserves, "
              "prioritize, bind; nodeCacheCapable), the pods in the allocator's form; CPU: both"),
             ("machine", f"{os.cpu_count()} CPUs shared by the API server, etcd, the scheduler "
              f"and the bench; Python {platform.python_version()}"),

@@ -28,6 +28,7 @@ def scheduler_config(kubeconfig: Path, extender_url: str, healthz_port: int) -> 
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 1000, "burst": 2000},
         "leaderElection": {"leaderElect": False},
+        "percentageOfNodesToScore": 100,  # as the chart's: every feasible node is filtered
         "healthzBindAddress": f"127.0.0.1:{healthz_port}",
         "metricsBindAddress": f"127.0.0.1:{healthz_port}",
         "profiles": [{"schedulerName": "hami-scheduler"}],

@@ -121,6 +121,8 @@ leaderElection:
   leaderElect: true
   resourceNamespace: {{ .Release.Namespace }}
   resourceName: mthreads-scheduler
+# 100: every feasible node reaches the extender's filter (values.yaml).
+percentageOfNodesToScore: {{ .Values.scheduler.kubeScheduler.percentageOfNodesToScore }}
 profiles:
   - schedulerName: {{ .Values.schedulerName }}
 extenders:
