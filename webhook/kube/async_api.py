@@ -150,8 +150,3 @@ class AsyncApi:
         _, conn = await asyncio.get_running_loop().create_connection(
             _Connection, self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname)
         return conn
-
-    def close(self) -> None:
-        for conn in self._idle:
-            conn.close()
-        self._idle.clear()
