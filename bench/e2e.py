@@ -322,8 +322,8 @@ class ExtenderStack(Scheduler):
     scheduler_name = workload.SCHEDULER
     form = workload.MTHREADS
 
-    def __init__(self, cluster, workdir: Path):
-        self.cluster, self.workdir = cluster, workdir / "extender"
+    def __init__(self, cluster, workdir: Path, node_sample: int = 0):
+        self.cluster, self.workdir, self.node_sample = cluster, workdir / "extender", node_sample
         self.workdir.mkdir(exist_ok=True)
         self.log = self.workdir / "kube-scheduler.log"
         self.stack = None
@@ -332,7 +332,8 @@ class ExtenderStack(Scheduler):
         from tests.harness.allocator import ALLOCATOR_USER
         from tests.harness.extender import start_stack
         from tests.harness.kube import ADMIN
-        self.stack = start_stack(self.cluster, self.workdir, ALLOCATOR_USER, ADMIN, verbosity=1)
+        self.stack = start_stack(self.cluster, self.workdir, ALLOCATOR_USER, ADMIN, verbosity=1,
+                                 node_sample=self.node_sample)
         self.proc = self.stack[1].proc
 
     def pids(self) -> dict[str, int]:

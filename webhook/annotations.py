@@ -12,6 +12,10 @@ NODE_POLICY = "hami.io/node-scheduler-policy"
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
 MIRROR = "kubernetes.io/config.mirror"
 
+# Written by the extender: how many times it put the pod back in kube-scheduler's queue because
+# the only room was on nodes outside kube-scheduler's node sample (docs/extender.md).
+REQUEUES = "mthreads.com/extender-requeues"
+
 # Written by the allocator when it binds a pod; nobody else may set them (SPEC 3 rule 10).
 ALLOCATED = "hami.io/mthreads-vgpu-devices-allocated"
 GPU_INDEX = "mthreads.com/gpu-index"

@@ -62,16 +62,16 @@ def test_kube_scheduler_configuration_follows_the_version(version, expected, ins
     conf = yaml.safe_load(one(docs, "ConfigMap", "mthreads-scheduler-config")["data"]["scheduler-config.yaml"])
     assert conf["apiVersion"] == f"kubescheduler.config.k8s.io/{expected}"
     assert [p["schedulerName"] for p in conf["profiles"]] == ["hami-scheduler"]
-    assert conf["percentageOfNodesToScore"] == 100  # every feasible node reaches the extender
+    assert conf["percentageOfNodesToScore"] == 0  # kube-scheduler's adaptive node sample
     (container,) = one(docs, "Deployment", "hami-scheduler")["spec"]["template"]["spec"]["containers"]
     assert ("--port=0" in container["command"]) is insecure_port_flag
     assert container["image"] == f"registry.k8s.io/kube-scheduler:v{version}"  # the cluster's, by default
 
 
 def test_the_node_sample_is_a_value():
-    docs = render("--set", "mode=extender", "--set", "scheduler.kubeScheduler.percentageOfNodesToScore=0")
+    docs = render("--set", "mode=extender", "--set", "scheduler.kubeScheduler.percentageOfNodesToScore=100")
     conf = yaml.safe_load(one(docs, "ConfigMap", "mthreads-scheduler-config")["data"]["scheduler-config.yaml"])
-    assert conf["percentageOfNodesToScore"] == 0
+    assert conf["percentageOfNodesToScore"] == 100
 
 
 @pytest.mark.parametrize("version, expected", [("1.20.2", "policy/v1beta1"), ("1.21.0", "policy/v1"),

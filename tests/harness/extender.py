@@ -19,16 +19,19 @@ from tests.harness.wait import wait_for
 RESOURCES = ("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
 
 
-def scheduler_config(kubeconfig: Path, extender_url: str, healthz_port: int) -> dict:
+def scheduler_config(kubeconfig: Path, extender_url: str, healthz_port: int,
+                     node_sample: int = 0) -> dict:
     """A KubeSchedulerConfiguration (v1beta1, kube-scheduler 1.20) with one profile and
     the extender. In v1beta1 extenders are top-level: they serve every profile of this
-    kube-scheduler, which is why it runs only the `hami-scheduler` profile."""
+    kube-scheduler, which is why it runs only the `hami-scheduler` profile.
+    `node_sample`: percentageOfNodesToScore (0: kube-scheduler's adaptive sample, as the chart's
+    default)."""
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 1000, "burst": 2000},
         "leaderElection": {"leaderElect": False},
-        "percentageOfNodesToScore": 100,  # as the chart's: every feasible node is filtered
+        "percentageOfNodesToScore": node_sample,
         "healthzBindAddress": f"127.0.0.1:{healthz_port}",
         "metricsBindAddress": f"127.0.0.1:{healthz_port}",
         "profiles": [{"schedulerName": "hami-scheduler"}],
@@ -85,17 +88,19 @@ def start_extender(cluster, workdir: Path, extender_user: str) -> tuple[Process,
     return extender, url
 
 
-def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2):
+def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2,
+                node_sample: int = 0):
     """(extender, kube-scheduler), both started, the extender ready; the caller waits for
     kube-scheduler to be healthy.
-    `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1)."""
+    `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1);
+    `node_sample`: as for scheduler_config."""
     # kube-scheduler after the extender listens: a filter that finds no one there is a
     # scheduling error, which costs that pod a status write, an Event and a backoff.
     extender, url = start_extender(cluster, workdir, extender_user)
     (sched_port,) = free_ports(1)
     sched_config = workdir / "kube-scheduler.yaml"
     sched_config.write_text(yaml.safe_dump(scheduler_config(
-        cluster.kubeconfig(admin_user), url, sched_port)))
+        cluster.kubeconfig(admin_user), url, sched_port, node_sample)))
     scheduler = Process(
         [str(cluster.kube_scheduler_path), f"--config={sched_config}", "--secure-port=0",
          f"--v={verbosity}"],

@@ -1,6 +1,7 @@
 """A fake of the few API server calls the allocator and the extender make (webhook.kube.api.Api),
 for unit tests that must start no process: pods/binding (answering `status`, or raising as an
-unreachable server does), GET of a pod from `pods`, and 200 for anything else (reports).
+unreachable server does), GET of a pod from `pods`, PATCH (answering `patch_status`), and
+200 for anything else (reports).
 `AsyncFakeApi`: a FakeApi's calls awaited, as the extender makes them (kube.async_api.AsyncApi)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from webhook.kube.api import ApiError, Reply
 class FakeApi:
     def __init__(self):
         self.status = 201
+        self.patch_status = 200  # the answer to a PATCH
         self.raise_error = False
         self.read_error = False  # GETs fail as if the server were unreachable
         self.delay = 0.0
@@ -40,6 +42,9 @@ class FakeApi:
                 raise ApiError("GET: timed out")
             p = self.pods.get((parts[4], parts[6]))
             return Reply(200, p) if p else Reply(404, {"message": "not found"})
+        if method == "PATCH":
+            ok = self.patch_status < 300
+            return Reply(self.patch_status, {} if ok else {"message": f"HTTP {self.patch_status}"})
         if not (method == "POST" and path.endswith("/binding")):
             return Reply(200, {})
         if self.raise_error:

@@ -43,6 +43,16 @@ def test_a_call_sends_the_path_query_body_and_token(server):
     assert one["port"] == two["port"]  # one connection, kept alive
 
 
+def test_a_patch_carries_the_content_type_asked_for(server):
+    patch = {"metadata": {"annotations": {"a": "1"}}}
+    for api in (AsyncApi(api_for(server.server_port)), AsyncApi(Api(_proxied(server)))):
+        run(api.call("PATCH", "/api/v1/namespaces/a/pods/p", body=patch,
+                     content_type="application/merge-patch+json"))
+    direct, proxied = Recorder.seen
+    for seen in (direct, proxied):
+        assert (seen["method"], seen["type"], seen["body"]) == ("PATCH", "application/merge-patch+json", patch)
+
+
 @pytest.mark.parametrize("closing", ["/close", "/hangup"])
 def test_a_connection_the_server_closes_is_not_reused(server, closing):
     """/close says so in its answer; /hangup closes silently after a kept-alive answer."""
@@ -88,12 +98,17 @@ def test_unreachable_broken_and_slow_answers_are_api_errors(server):
 
 
 def test_a_proxied_configuration_goes_through_the_threaded_client(server):
-    cfg = client.Configuration(host="http://apiserver.invalid:6443")
-    cfg.proxy = f"http://127.0.0.1:{server.server_port}"  # the recorder stands in for the proxy
-    reply = run(AsyncApi(Api(client.ApiClient(cfg))).call("GET", "/api/v1/nodes"))
+    reply = run(AsyncApi(Api(_proxied(server))).call("GET", "/api/v1/nodes"))
     assert reply.status == 201
     (seen,) = Recorder.seen
     assert seen["path"] == "http://apiserver.invalid:6443/api/v1/nodes"  # a proxy's request line
+
+
+def _proxied(server) -> client.ApiClient:
+    """A client whose configuration sends every call through a proxy: the recorder."""
+    cfg = client.Configuration(host="http://apiserver.invalid:6443")
+    cfg.proxy = f"http://127.0.0.1:{server.server_port}"
+    return client.ApiClient(cfg)
 
 
 @pytest.mark.parametrize("verify, assert_hostname, checks, mode", [

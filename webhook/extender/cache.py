@@ -30,7 +30,7 @@ from ..scheduling.decide import Placement
 from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
 from ..scheduling.shares import PodShare
-from .decisions import choose, fitting_nodes, pick, scores
+from .decisions import choose, fitting_nodes, pick, room_outside, scores
 from .preemption import Holder, victims_on
 
 RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
@@ -162,18 +162,21 @@ class Cache:
             return sum(self._release(uid) for uid in due)
 
     def reserve(self, pod: dict, ask: PodAsk, names: list[str]
-                ) -> tuple[Placement | None, dict[str, str]] | str:
-        """The filter's choice among `names`, reserved; or why the pod cannot be filtered now."""
+                ) -> tuple[Placement | None, dict[str, str], str | None] | str:
+        """(the filter's choice among `names`, reserved; the reasons when none fits; then a
+        node outside `names` with room for the pod, or None); or why the pod cannot be
+        filtered now."""
         uid = uid_of(pod)
         with self.lock:
             self._release(uid)  # a new filter of the pod replaces its reservation
             if uid in self.pods.assumed:
                 return IN_DOUBT
             chosen, failed = pick(pod, ask, names, self.pods.state, self.config)
-            if chosen is not None:
-                self.pods.assume(chosen.share, writing=False)
-                self.reservations[uid] = Reservation(chosen, pod, time.monotonic() + RESERVE_FOR)
-            return chosen, failed
+            if chosen is None:
+                return None, failed, room_outside(pod, ask, names, self.pods.state, self.config)
+            self.pods.assume(chosen.share, writing=False)
+            self.reservations[uid] = Reservation(chosen, pod, time.monotonic() + RESERVE_FOR)
+            return chosen, failed, None
 
     def take_reservation(self, uid: str, namespace: str, name: str,
                          node: str) -> tuple[dict, Placement] | None:

@@ -13,7 +13,7 @@ from ..config import Config
 from ..pods import Kind
 from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.card_fit import least_card, may_fit
-from ..scheduling.decide import Placement, placement
+from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.inventory import Card
 from ..scheduling.resources import pod_requests
 from ..scheduling.score import best_node, node_used, policies
@@ -78,6 +78,21 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     kind = ask.request.kind if ask.request is not None else Kind.NONE
     node = best_node([state.nodes[n] for n in fitting], state, kind, node_policy).name
     return placement(pod, ask.request, node, fitting[node], pod_requests(pod), ask.devices), failed
+
+
+def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+                 config: Config) -> str | None:
+    """A node that kube-scheduler did not pass whose cards fit the pod and that passes the
+    allocator's own node checks (ready, taints, selector and affinity, cpu/memory): the node
+    the allocator would choose among those, or None. kube-scheduler asks about a sample of its
+    feasible nodes only (docs/extender.md, "Node sample"), so room may lie outside it."""
+    if ask.need is None or ask.invalid:
+        return None
+    node_policy, gpu_policy = policies(pod, config)
+    given = set(names)
+    found = first_fit(pod, ask.request, pod.get("spec") or {}, pod_requests(pod), ask.devices,
+                      ask.need, state, node_policy, gpu_policy, skip=given.__contains__)
+    return found.node if found is not None else None
 
 
 def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,

@@ -16,13 +16,15 @@ called before it answers that the extender is not synced.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..kube.binder import post_binding_async, read_pod_async
+from ..kube.binder import patch_pod_async, post_binding_async, read_pod_async
 from ..scheduling.binding import binding_body
 from ..scheduling.decide import Placement
 from ..scheduling.request import request_of
@@ -31,6 +33,7 @@ from . import wire
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class Extender:
@@ -40,6 +43,7 @@ class Extender:
     def __init__(self, config: Config, source, api):
         self.config, self.source, self.api = config, source, api
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
+        self.requeues: set[asyncio.Task] = set()  # the requeue writes under way
 
     def synced(self) -> bool:
         return self.source.wait_ready(0)
@@ -55,10 +59,38 @@ class Extender:
         result = self.source.reserve(args.pod, ask, args.node_names)
         if isinstance(result, str):
             return wire.filter_error(result)
-        chosen, failed = result
+        chosen, failed, elsewhere = result
+        if elsewhere is not None:
+            self._requeue(args.pod, elsewhere, len(args.node_names))
         # The one node chosen; the other fitting nodes are left out without a reason (1.20
         # takes the answer's nodes as the feasible ones), so kube-scheduler binds there.
         return wire.filter_result(args, [chosen.node] if chosen else [], failed)
+
+    def _requeue(self, pod: dict, elsewhere: str, offered: int) -> None:
+        """The pod fits none of the nodes kube-scheduler offered, but `elsewhere`, outside its
+        node sample, has room: kube-scheduler would park the pod until the cluster changes (up
+        to a minute), so the pod's annotation `REQUEUES` is raised, which puts it back in
+        kube-scheduler's queue for a cycle over another sample. At most as many times as
+        samples of that size cover the cluster, plus two: kube-scheduler may refuse that node
+        for rules the extender does not know (inter-pod affinity, spread, volumes, ports)."""
+        meta = pod["metadata"]
+        done = _count((meta.get("annotations") or {}).get(keys.REQUEUES))
+        if done >= math.ceil(len(self.source.state.nodes) / max(offered, 1)) + 2:
+            return
+        task = asyncio.get_running_loop().create_task(self._write_requeue(meta, done + 1, elsewhere))
+        self.requeues.add(task)
+        task.add_done_callback(self.requeues.discard)
+
+    async def _write_requeue(self, meta: dict, count: int, elsewhere: str) -> None:
+        who = f"{meta.get('namespace')}/{meta.get('name')}"
+        patch = {"metadata": {"uid": meta.get("uid"), "annotations": {keys.REQUEUES: str(count)}}}
+        status, message = await patch_pod_async(self.api, meta.get("namespace"), meta.get("name"),
+                                                patch, MERGE_PATCH)
+        if status is not None and 200 <= status < 300:
+            log.info("requeued %s (%d): no room on the nodes kube-scheduler offered, room on %s",
+                     who, count, elsewhere)
+        else:
+            log.info("requeue %s: %s", who, message)
 
     def preempt(self, body) -> dict:
         args = wire.preemption_args(body)
@@ -142,3 +174,10 @@ class Extender:
         log.info("bind %s: %s", who, message)
         return wire.binding_result(f"binding {who}: {message}")
 
+
+def _count(value) -> int:
+    """A requeue count as written in the annotation; anything else counts as 0."""
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return 0

@@ -110,18 +110,18 @@ class AsyncApi:
         self._idle: list[_Connection] = []
 
     async def call(self, method: str, path: str, query: dict | None = None, body=None,
-                   timeout: float = REQUEST_TIMEOUT) -> Reply:
+                   content_type: str = "application/json", timeout: float = REQUEST_TIMEOUT) -> Reply:
         """As `Api.call`: the Reply, or ApiError when the server was not reached or the
         answer broke off (a write may then have happened)."""
         if self.proxied:
             return await asyncio.get_running_loop().run_in_executor(
-                None, lambda: self.api.call(method, path, query, body, timeout=timeout))
+                None, lambda: self.api.call(method, path, query, body, content_type, timeout=timeout))
         target = self.prefix + path + ("?" + urlencode(query) if query else "")
         payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         head = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}", "Accept: application/json",
                 f"Content-Length: {len(payload)}"]
         if body is not None:
-            head.append("Content-Type: application/json")
+            head.append(f"Content-Type: {content_type}")
         head += [f"{k}: {v}" for k, v in self.api.auth_headers().items()]
         request = ("\r\n".join(head) + "\r\n\r\n").encode() + payload
         if self._slots is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from .. import annotations as keys
 from ..cards import CORES_PER_CARD, UNIT_MIB
@@ -57,7 +58,7 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
     elif devices is None:
         devices = device_requests(pod, state.names)
     if need is not None:
-        fit = _first_fit(pod, request, spec, wants, devices, need, state, node_policy, gpu_policy)
+        fit = first_fit(pod, request, spec, wants, devices, need, state, node_policy, gpu_policy)
         if fit is not None:
             return fit
     # Nothing fits (or no cards are asked for): every node is read, for its reason.
@@ -82,12 +83,15 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
     return placement(pod, request, node.name, chosen[node.name], wants, devices)
 
 
-def _first_fit(pod, request, spec, wants, devices: Devices, need, state: ClusterState,
-               node_policy: str, gpu_policy: str) -> Placement | None:
+def first_fit(pod, request, spec, wants, devices: Devices, need, state: ClusterState,
+              node_policy: str, gpu_policy: str,
+              skip: Callable[[str], bool] | None = None) -> Placement | None:
     """The nodes in the node policy's order: the first that fits is the one best_node picks,
-    so most decisions read a few nodes instead of all of them."""
+    so most decisions read a few nodes instead of all of them. `skip`: nodes not to consider
+    (by name)."""
     for name in state.in_order(node_policy, *least_card(need)):
-        if not may_fit(need, state.room[name]) or state.node_held_whole(name):
+        if not may_fit(need, state.room[name]) or state.node_held_whole(name) \
+                or (skip is not None and skip(name)):
             continue
         info = state.nodes[name]
         if node_reason(spec, info.obj, info.allocatable, state.requested_on(name), wants):

@@ -121,7 +121,7 @@ leaderElection:
   leaderElect: true
   resourceNamespace: {{ .Release.Namespace }}
   resourceName: mthreads-scheduler
-# 100: every feasible node reaches the extender's filter (values.yaml).
+# 0: kube-scheduler's adaptive node sample; 100: every feasible node (values.yaml).
 percentageOfNodesToScore: {{ .Values.scheduler.kubeScheduler.percentageOfNodesToScore }}
 profiles:
   - schedulerName: {{ .Values.schedulerName }}
