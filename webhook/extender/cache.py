@@ -178,6 +178,10 @@ class Cache:
             self.reservations[uid] = Reservation(chosen, pod, time.monotonic() + RESERVE_FOR)
             return chosen, failed, None
 
+    def node_count(self) -> int:
+        with self.lock:
+            return len(self.pods.state.nodes)
+
     def take_reservation(self, uid: str, namespace: str, name: str,
                          node: str) -> tuple[dict, Placement] | None:
         """The pod and the placement reserved for it on `node`, now being written; None if it

@@ -75,7 +75,7 @@ class Extender:
         for rules the extender does not know (inter-pod affinity, spread, volumes, ports)."""
         meta = pod["metadata"]
         done = _count((meta.get("annotations") or {}).get(keys.REQUEUES))
-        if done >= math.ceil(len(self.source.state.nodes) / max(offered, 1)) + 2:
+        if done >= math.ceil(self.source.node_count() / max(offered, 1)) + 2:
             return
         task = asyncio.get_running_loop().create_task(self._write_requeue(meta, done + 1, elsewhere))
         self.requeues.add(task)
@@ -83,6 +83,8 @@ class Extender:
 
     async def _write_requeue(self, meta: dict, count: int, elsewhere: str) -> None:
         who = f"{meta.get('namespace')}/{meta.get('name')}"
+        # the uid: a pod made since under the same name is not touched (the API server refuses
+        # to change a uid)
         patch = {"metadata": {"uid": meta.get("uid"), "annotations": {keys.REQUEUES: str(count)}}}
         status, message = await patch_pod_async(self.api, meta.get("namespace"), meta.get("name"),
                                                 patch, MERGE_PATCH)
