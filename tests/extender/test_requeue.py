@@ -18,10 +18,6 @@ def run_requeues(client) -> None:
         client.loop.run_until_complete(asyncio.gather(*ext.requeues))
 
 
-def patches(api):
-    return [c for c in api.calls if c[0] == "PATCH"]
-
-
 def full_node(name: str, labels: dict | None = None) -> dict:
     """An S4000 node with no memory left to hand out (allocatable 0)."""
     return mt_node(name, cards=1, units=96, labels=labels,
@@ -35,7 +31,7 @@ def test_room_outside_the_offered_nodes_requeues_the_pod(setup):
     body = client.post("/filter", json=args(p, ["s4full"])).get_json()
     assert body["NodeNames"] == [] and list(body["FailedNodes"]) == ["s4full"]
     run_requeues(client)
-    (method, path, patch), = patches(api)
+    (method, path, patch), = api.patches()
     meta = p["metadata"]
     assert path == f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
     assert patch == {"metadata": {"uid": meta["uid"], "annotations": {REQUEUES: "1"}}}
@@ -51,7 +47,7 @@ def test_the_count_goes_up_and_stops_at_the_limit(setup):
     for _ in range(7):
         client.post("/filter", json=args(p, ["s4full"]))
         run_requeues(client)
-        got = patches(api)
+        got = api.patches()
         if len(got) > len(seen):
             seen = got
             p["metadata"].setdefault("annotations", {})[REQUEUES] = got[-1][2]["metadata"]["annotations"][REQUEUES]
@@ -64,7 +60,7 @@ def test_no_requeue_when_no_node_has_room(setup):
     body = client.post("/filter", json=args(p, ["s5"])).get_json()
     assert body["NodeNames"] == []
     run_requeues(client)
-    assert patches(api) == []
+    assert api.patches() == []
 
 
 def test_no_requeue_for_a_node_the_pod_may_not_go_to(setup):
@@ -78,7 +74,7 @@ def test_no_requeue_for_a_node_the_pod_may_not_go_to(setup):
     pending(cache, api, p)
     assert client.post("/filter", json=args(p, ["s4full"])).get_json()["NodeNames"] == []
     run_requeues(client)
-    assert patches(api) == []
+    assert api.patches() == []
 
 
 def test_a_refused_requeue_is_logged_and_the_filter_answered(setup, caplog):
@@ -90,6 +86,6 @@ def test_a_refused_requeue_is_logged_and_the_filter_answered(setup, caplog):
         body = client.post("/filter", json=args(p, ["s4full"])).get_json()
         run_requeues(client)
     assert body["NodeNames"] == [] and body["Error"] == ""
-    assert len(patches(api)) == 1 and not client.app.ext.requeues
+    assert len(api.patches()) == 1 and not client.app.ext.requeues
     assert any(r.message.startswith("requeue ") and "HTTP 422" in r.message
                for r in caplog.records), [r.message for r in caplog.records]

@@ -61,6 +61,9 @@ class FakeApi:
     def bindings(self):
         return [c for c in self.calls if c[0] == "POST" and c[1].endswith("/binding")]
 
+    def patches(self):
+        return [c for c in self.calls if c[0] == "PATCH"]
+
     def stream(self, *a, **kw):
         raise ApiError("the fake API has no watches")
 

@@ -33,7 +33,6 @@ from . import wire
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class Extender:
@@ -87,7 +86,7 @@ class Extender:
         # to change a uid)
         patch = {"metadata": {"uid": meta.get("uid"), "annotations": {keys.REQUEUES: str(count)}}}
         status, message = await patch_pod_async(self.api, meta.get("namespace"), meta.get("name"),
-                                                patch, MERGE_PATCH)
+                                                patch)
         if status is not None and 200 <= status < 300:
             log.info("requeued %s (%d): no room on the nodes kube-scheduler offered, room on %s",
                      who, count, elsewhere)

@@ -60,13 +60,12 @@ async def post_binding_async(api, body: dict) -> tuple[int | None, str]:
     return reply.status, reply.message()
 
 
-async def patch_pod_async(api, namespace: str, name: str, patch: dict,
-                          content_type: str) -> tuple[int | None, str]:
-    """A PATCH of a pod on an event loop (`api`: an AsyncApi): (HTTP status, message); status
-    None: the API server was not reached."""
+async def patch_pod_async(api, namespace: str, name: str, patch: dict) -> tuple[int | None, str]:
+    """A JSON merge patch of a pod on an event loop (`api`: an AsyncApi): (HTTP status,
+    message); status None: the API server was not reached."""
     try:
         reply = await api.call("PATCH", _pod_path(namespace, name), body=patch,
-                               content_type=content_type)
+                               content_type="application/merge-patch+json")
     except ApiError as e:
         return None, str(e)
     return reply.status, reply.message()
