@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from tests.builders import mt_node, sched_pod, slice_
-from tests.harness.asgi import AsgiClient
+from tests.harness.app_client import AppClient
 from tests.harness.fake_api import AsyncFakeApi, FakeApi
 from webhook.config import parse_config
-from webhook.extender.asgi import READY_WAIT, ExtenderApp
+from webhook.extender.app import READY_WAIT, ExtenderApp
 from webhook.extender.cache import Cache
 from webhook.extender.verbs import Extender
 from webhook.observe.hami_metrics import metrics_page
@@ -29,11 +29,11 @@ def handler_setup():
 
 
 def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,
-                    ready_wait: float = READY_WAIT) -> AsgiClient:
-    """A client of the extender app (asgi.py) over `cache`, binding through `api`."""
+                    ready_wait: float = READY_WAIT) -> AppClient:
+    """A client of the extender app (app.py) over `cache`, binding through `api`."""
     ext = Extender(config, cache, AsyncFakeApi(api or FakeApi()))
     metrics = metrics_page(lambda: cache.state.nodes.values(), cache.bound)
-    return AsgiClient(ExtenderApp(ext, metrics, ready_wait=ready_wait))
+    return AppClient(ExtenderApp(ext, metrics, ready_wait=ready_wait))
 
 
 def pending(cache, api, p):

@@ -1,5 +1,5 @@
 """The extender's filter and bind against a node's allocatable, and terminal pods freeing
-their cards, through the in-process ASGI client and a fake API (tests/extender/messages.py)."""
+their cards, through the in-process app client and a fake API (tests/extender/messages.py)."""
 
 from __future__ import annotations
 

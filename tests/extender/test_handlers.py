@@ -1,4 +1,4 @@
-"""The extender's request/response handling, with an in-process ASGI client and a fake API.
+"""The extender's request/response handling, with an in-process client of the app and a fake API.
 
 Payloads are shaped as kube-scheduler 1.20 sends them: the extender/v1 Go structs have no
 json tags, so the top-level keys are the Go field names (`Pod`, `NodeNames`, `PodUID`...).

@@ -1,4 +1,4 @@
-"""The extender's real server (uvicorn, webhook/extender/main.py) on 127.0.0.1 against the test
+"""The extender's real server (http_server.py under main.py) on 127.0.0.1 against the test
 API server: its answers to wrong paths, methods and bodies, kept-alive connections, a slow
 client that holds no one up, and a clean exit on SIGTERM. The verbs themselves are tested
 in test_handlers.py; with kube-scheduler, in test_scheduler.py."""

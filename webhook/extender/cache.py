@@ -3,7 +3,7 @@ the watches, with the few questions the HTTP handlers ask of it.
 
 kube-scheduler sends node names only, so the extender keeps the nodes and the bound pods'
 shares itself (it is node-cache capable). The verbs run on the server's event loop (and
-/preempt on a few threads, extender/asgi.py) and the watch events are applied on this
+/preempt on a few threads, extender/app.py) and the watch events are applied on this
 cache's thread; every read and change of the pod cache
 happens inside one method here, under the lock; the API calls are made outside it.
 

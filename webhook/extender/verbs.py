@@ -1,5 +1,5 @@
 """The extender's verbs (filter, prioritize, preempt, bind) on its cache: decoded messages in,
-answers out; asgi.py serves them over HTTP.
+answers out; app.py serves them over HTTP.
 
 Concurrency: kube-scheduler decides one pod at a time (filter, prioritize), but binds in the
 background, so the filter of the next pod may come before, during or after the bind of the
@@ -10,7 +10,7 @@ and bind), answering that one node; the bind writes the reservation. A bind that
 reservation for its node (lapsed, or kube-scheduler chose another node) decides on the
 state of that moment, as before, and answers an error if the cards are taken since.
 
-The verbs do not wait for the cache's first list: the caller does (asgi.py), and a verb
+The verbs do not wait for the cache's first list: the caller does (app.py), and a verb
 called before it answers that the extender is not synced.
 """
 

@@ -1,6 +1,6 @@
 """JSON requests to the API server on an asyncio event loop: the extender's binds and reads.
 
-The extender answers kube-scheduler on one event loop (extender/asgi.py); a bind made
+The extender answers kube-scheduler on one event loop (extender/app.py); a bind made
 there through the threaded `Api` costs a thread hand-off each way and urllib3's layers:
 0.40 ms of CPU per pods/binding, against 0.09 ms as one write of the whole request and a
 parse of the answer by httptools (measured side by side on the test API server). On a

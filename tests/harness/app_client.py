@@ -1,6 +1,6 @@
-"""Calls to an ASGI app in this process, the way Flask's test client calls a Flask app: for
-the extender's handler tests, which start no server (the real one, uvicorn, is exercised by
-tests/extender/test_server.py and the kube-scheduler tests).
+"""Calls to the extender app (webhook/extender/app.py) in this process, the way Flask's test
+client calls a Flask app: for the extender's handler tests, which start no server (the real
+one is exercised by tests/extender/test_server.py and the kube-scheduler tests).
 
 One event loop per client, kept for its life: the app's AsyncApi binds itself to the loop it
 first runs on. `gather` sends several requests at once, as kube-scheduler's binds come.
@@ -9,6 +9,7 @@ first runs on. `gather` sends several requests at once, as kube-scheduler's bind
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json as jsonlib
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ class Response:
         return jsonlib.loads(self.data)
 
 
-class AsgiClient:
+class AppClient:
     def __init__(self, app):
         self.app = app
         self.loop = asyncio.new_event_loop()
@@ -44,20 +45,11 @@ class AsgiClient:
         self.loop.close()
 
     async def _call(self, method: str, path: str, body: bytes) -> Response:
-        scope = {"type": "http", "method": method, "path": path, "headers": []}
-        sent: list[dict] = []
-        pieces = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive():
-            return pieces.pop(0) if pieces else {"type": "http.disconnect"}
-
-        async def send(message):
-            sent.append(message)
-
-        await self.app(scope, receive, send)
-        start, end = sent
-        headers = {k.decode(): v.decode() for k, v in start["headers"]}
-        return Response(start["status"], headers, end["body"])
+        answer = self.app.respond(method, path, body)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        status, headers, data = answer
+        return Response(status, dict(headers), data)
 
 
 def _body(json, data) -> bytes:

@@ -1,0 +1,236 @@
+"""The extender's HTTP/1.1 server: asyncio streams of kube-scheduler's calls, parsed by
+httptools, each answer written in one piece.
+
+Why not uvicorn (which served the extender before): in a bench backlog a third of the
+extender's CPU went to uvicorn's writes, the head and the body of each answer in two system
+calls, each a loopback TCP send with its wake-up of kube-scheduler; the ASGI messages around
+them cost another share. kube-scheduler waits for each /filter answer before it takes the
+next pod, so that CPU was the pace of the path (docs/benchmarks.md, "Extender path").
+
+What it does: keeps connections alive (kube-scheduler reuses them), answers the requests of
+one connection in order, one at a time (reading pauses meanwhile), closes a connection that
+sends no whole request within `keepalive` seconds of its last answer, answers 400 to what is
+not HTTP and 503 above `max_connections`, reads at most `max_body` bytes of a body (the rest
+is read and dropped; the handler is told with `body=None`), and on `close()` stops listening,
+lets the answers under way finish for up to `grace` seconds and closes the rest.
+
+The handler: `respond(method, path, body) -> (status, headers, body)` or an awaitable of it;
+an answer that needs no waiting is written at once, without a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from http import HTTPStatus
+from typing import Awaitable, Callable, Union
+
+import httptools
+
+log = logging.getLogger("webhook.extender")
+
+Answer = tuple[int, list[tuple[str, str]], bytes]
+Respond = Callable[[str, str, Union[bytes, None]], Union[Answer, Awaitable[Answer]]]
+
+KEEPALIVE = 120  # seconds; above Go's 90 s IdleConnTimeout
+MAX_CONNECTIONS = 1000  # open at once; more are answered 503 (each costs a descriptor)
+MAX_BODY = 8 * 1024 * 1024
+GRACE = 10  # seconds the answers under way get on close()
+WRITE_BUFFER = 1024 * 1024  # unread answers a connection may pile up before it is read no more
+
+
+def encode(status: int, headers: list[tuple[str, str]], body: bytes, keep_alive: bool,
+           head_only: bool = False) -> bytes:
+    """The whole answer, status line to body, as one write."""
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers]
+    lines.append(f"content-length: {len(body)}")
+    if not keep_alive:
+        lines.append("connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if head_only else body)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: "HttpServer"):
+        self.server = server
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.waiting: deque = deque()  # whole requests not yet answered (a client may pipeline)
+        self.busy = False  # an answer is being made
+        self.write_paused = False
+        self.closing = False
+        self.timer: asyncio.TimerHandle | None = None
+        self._url: list[bytes] = []
+        self._body: list[bytes] | None = []
+        self._size = 0
+
+    # asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        if len(self.server.connections) >= self.server.max_connections:
+            transport.write(encode(503, [("content-type", "text/plain")],
+                                   b"too many connections\n", False))
+            transport.close()
+            self.closing = True
+            return
+        self.server.connections.add(self)
+        self._arm()
+
+    def connection_lost(self, exc) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        self._disarm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(400, b"protocol upgrades are not served\n")
+        except httptools.HttpParserError as e:
+            self._refuse(400, f"not an HTTP request: {e}\n".encode())
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if not self.busy and not self.closing:
+            self.transport.resume_reading()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._url, self._body, self._size = [], [], 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url.append(url)
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._body is not None:
+            if self._size > self.server.max_body:
+                self._body = None  # read on, keep nothing
+            else:
+                self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        path = httptools.parse_url(b"".join(self._url)).path.decode("latin-1")
+        body = None if self._body is None else b"".join(self._body)
+        self.waiting.append((self.parser.get_method().decode("latin-1"), path, body,
+                             self.parser.should_keep_alive()))
+        if not self.busy:
+            self._next()
+
+    # answering
+    def _next(self) -> None:
+        self._disarm()
+        self.busy = True
+        self.transport.pause_reading()
+        method, path, body, keep_alive = self.waiting.popleft()
+        try:
+            result = self.server.respond(method, path, body)
+        except Exception:
+            log.exception("%s %s", method, path)
+            result = _internal_error()
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._finish_later(result, method, path, keep_alive))
+            self.server.tasks.add(task)  # held until done: the loop keeps weak references only
+            task.add_done_callback(self.server.tasks.discard)
+        else:
+            self._finish(result, method, keep_alive)
+
+    async def _finish_later(self, pending: Awaitable[Answer], method: str, path: str,
+                            keep_alive: bool) -> None:
+        try:
+            result = await pending
+        except Exception:
+            log.exception("%s %s", method, path)
+            result = _internal_error()
+        self._finish(result, method, keep_alive)
+
+    def _finish(self, result: Answer, method: str, keep_alive: bool) -> None:
+        if self.transport.is_closing():  # the client went away meanwhile
+            self.busy = False
+            return
+        keep_alive = keep_alive and not self.server.closing
+        status, headers, body = result
+        self.transport.write(encode(status, headers, body, keep_alive, method == "HEAD"))
+        self.busy = False
+        if not keep_alive:
+            self.close()
+        elif self.transport.get_write_buffer_size() > WRITE_BUFFER:
+            self.close()  # a client that sends and never reads
+        elif self.waiting:
+            self._next()
+        else:
+            self._arm()
+            if not self.write_paused:
+                self.transport.resume_reading()
+
+    def _refuse(self, status: int, text: bytes) -> None:
+        self.transport.write(encode(status, [("content-type", "text/plain")], text, False))
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        self._disarm()
+        self.transport.close()
+
+    def close_if_idle(self) -> None:
+        if not self.busy:
+            self.close()
+
+    # idle timeout: from the last answer (or the connection) to the next whole request
+    def _arm(self) -> None:
+        self._disarm()
+        self.timer = asyncio.get_running_loop().call_later(self.server.keepalive, self.close)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def _internal_error() -> Answer:
+    return 500, [("content-type", "text/plain")], b"internal error\n"
+
+
+class HttpServer:
+    def __init__(self, respond: Respond, keepalive: float = KEEPALIVE,
+                 max_connections: int = MAX_CONNECTIONS, max_body: int = MAX_BODY,
+                 grace: float = GRACE):
+        self.respond, self.keepalive, self.grace = respond, keepalive, grace
+        self.max_connections, self.max_body = max_connections, max_body
+        self.connections: set[_Connection] = set()
+        self.tasks: set[asyncio.Future] = set()
+        self.closing = False
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self, sock) -> None:
+        """Serve on a bound socket."""
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _Connection(self), sock=sock)
+
+    async def close(self) -> None:
+        """Stop listening; the answers under way get `grace` seconds, then every connection
+        is closed."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close_if_idle()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        while any(c.busy for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
