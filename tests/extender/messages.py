@@ -36,9 +36,9 @@ def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,
     return AppClient(ExtenderApp(ext, metrics, ready_wait=ready_wait))
 
 
-def pending(cache, api, p):
-    """A pending pod as the watch would show it (and the API server would return it)."""
-    cache.apply("pod", "ADDED", p)
+def pending(api, p):
+    """A pending pod, as the API server would return it (the extender's watch shows bound
+    pods only; `cache` is the one it would not reach)."""
     api.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = json.loads(json.dumps(p))
     return p
 
@@ -56,5 +56,5 @@ def add_busy_node(client, cache, api, busy: str) -> None:
     """A second S4000 node s4b (2 cards), and a 64-unit slice bound through the extender on
     `busy` (s4 or s4b)."""
     cache.apply("node", "ADDED", mt_node("s4b", cards=2, units=96))
-    p = pending(cache, api, sched_pod(slice_(64, 8)))
+    p = pending(api, sched_pod(slice_(64, 8)))
     assert client.post("/bind", json=bind_args(p, busy)).get_json() == {"Error": ""}

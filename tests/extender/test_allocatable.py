@@ -26,18 +26,18 @@ def bind(client, cache, api, p, node):
 def test_filter_and_bind_hold_to_allocatable(setup):
     client, cache, api = setup
     cache.apply("node", "MODIFIED", mt_node("s4", 2, 96, allocatable=ONE_CARD_DOWN))
-    first = pending(cache, api, pod(slice_(64, 8)))
+    first = pending(api, pod(slice_(64, 8)))
     assert client.post("/filter", json=args(first, ["s4"])).get_json()["NodeNames"] == ["s4"]
     assert client.post("/bind", json=bind_args(first, "s4")).get_json() == {"Error": ""}
     # assumed at once: before the watch shows it bound, 64 of the 96 allocatable are held
-    second = pending(cache, api, pod(slice_(64, 8)))
+    second = pending(api, pod(slice_(64, 8)))
     body = client.post("/filter", json=args(second, ["s4", "s5"])).get_json()
     assert body["NodeNames"] == ["s5"]  # the node chosen (and reserved); no reasons while one fits
     assert client.post("/filter", json=args(second, ["s4"])).get_json()["FailedNodes"] == {
         "s4": f"Insufficient {MEM}"}
     assert client.post("/bind", json=bind_args(second, "s4")).get_json() == {
         "Error": f"node s4: Insufficient {MEM}"}
-    small = pending(cache, api, pod(slice_(32, 8)))
+    small = pending(api, pod(slice_(32, 8)))
     assert client.post("/filter", json=args(small, ["s4"])).get_json()["NodeNames"] == ["s4"]
     # the plugin reports the card healthy again: room for the second
     cache.apply("node", "MODIFIED", mt_node("s4", 2, 96))
@@ -47,7 +47,7 @@ def test_filter_and_bind_hold_to_allocatable(setup):
 def test_a_node_whose_capacity_is_not_cards_is_named(setup):
     client, cache, api = setup
     cache.apply("node", "MODIFIED", mt_node("s4", capacity={MEM: "96", "mthreads.com/sgpu-core": "40"}))
-    p = pending(cache, api, pod(slice_(8, 2)))
+    p = pending(api, pod(slice_(8, 2)))
     assert client.post("/filter", json=args(p, ["s4"])).get_json()["FailedNodes"] == {
         "s4": "NodeCardsInconsistent (s4: mthreads.com/sgpu-core=40 is not a multiple of 16)"}
 
@@ -58,8 +58,8 @@ def test_a_pod_that_ended_frees_its_cards(setup):
     client, cache, api = setup
     for event in ("MODIFIED", "DELETED"):
         for phase in ("Succeeded", "Failed"):
-            running = bind(client, cache, api, pending(cache, api, pod(whole(2, 96))), "s4")
-            nxt = pending(cache, api, pod(whole(1, 96)))
+            running = bind(client, cache, api, pending(api, pod(whole(2, 96))), "s4")
+            nxt = pending(api, pod(whole(1, 96)))
             assert client.post("/filter", json=args(nxt, ["s4"])).get_json()["FailedNodes"] == {
                 "s4": "ExclusiveDeviceAllocateConflict"}
             running["status"]["phase"] = phase

@@ -108,7 +108,7 @@ def test_no_set_frees_room(setup):
 
 def test_reserved_and_assumed_shares_are_never_victims(setup):
     client, cache, api = setup
-    low = pending(cache, api, pod(whole(2, 96), spec={"priority": 0}))
+    low = pending(api, pod(whole(2, 96), spec={"priority": 0}))
     assert client.post("/filter", json={"Pod": low, "NodeNames": ["s4"]}).get_json()["NodeNames"] == ["s4"]
     assert preempt(client, high(), {"s4": []}) == {}
 

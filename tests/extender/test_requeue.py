@@ -27,7 +27,7 @@ def full_node(name: str, labels: dict | None = None) -> dict:
 def test_room_outside_the_offered_nodes_requeues_the_pod(setup):
     client, cache, api = setup
     cache.apply("node", "ADDED", full_node("s4full"))
-    p = pending(cache, api, pod(slice_(16, 2)))
+    p = pending(api, pod(slice_(16, 2)))
     body = client.post("/filter", json=args(p, ["s4full"])).get_json()
     assert body["NodeNames"] == [] and list(body["FailedNodes"]) == ["s4full"]
     run_requeues(client)
@@ -42,7 +42,7 @@ def test_the_count_goes_up_and_stops_at_the_limit(setup):
     """3 nodes, 1 offered: 3 samples of that size cover the cluster, plus 2 = 5 requeues."""
     client, cache, api = setup
     cache.apply("node", "ADDED", full_node("s4full"))
-    p = pending(cache, api, pod(slice_(16, 2)))
+    p = pending(api, pod(slice_(16, 2)))
     seen = []
     for _ in range(7):
         client.post("/filter", json=args(p, ["s4full"]))
@@ -56,7 +56,7 @@ def test_the_count_goes_up_and_stops_at_the_limit(setup):
 
 def test_no_requeue_when_no_node_has_room(setup):
     client, cache, api = setup
-    p = pending(cache, api, pod(slice_(160, 16), slice_(2, name="b")))  # 162 units: no card
+    p = pending(api, pod(slice_(160, 16), slice_(2, name="b")))  # 162 units: no card
     body = client.post("/filter", json=args(p, ["s5"])).get_json()
     assert body["NodeNames"] == []
     run_requeues(client)
@@ -71,7 +71,7 @@ def test_no_requeue_for_a_node_the_pod_may_not_go_to(setup):
                                   mt_node("s4b", cards=1, units=96, labels={"pool": "b"})])
     p = pod(slice_(16, 2))
     p["spec"]["nodeSelector"] = {"pool": "a"}
-    pending(cache, api, p)
+    pending(api, p)
     assert client.post("/filter", json=args(p, ["s4full"])).get_json()["NodeNames"] == []
     run_requeues(client)
     assert api.patches() == []
@@ -81,7 +81,7 @@ def test_a_refused_requeue_is_logged_and_the_filter_answered(setup, caplog):
     client, cache, api = setup
     api.patch_status = 422  # say the pod of that name is another one now (the uid differs)
     cache.apply("node", "ADDED", full_node("s4full"))
-    p = pending(cache, api, pod(slice_(16, 2)))
+    p = pending(api, pod(slice_(16, 2)))
     with caplog.at_level("INFO", logger="webhook.extender"):
         body = client.post("/filter", json=args(p, ["s4full"])).get_json()
         run_requeues(client)

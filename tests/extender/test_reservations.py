@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
 from tests.extender.messages import add_busy_node, args, bind_args, pending
 from tests.harness.invariants import ALLOCATED, S4000_MIB, parse_allocated
@@ -25,7 +27,7 @@ def bound_copy(p, node, allocated):
 def test_filter_answers_one_node_and_reserves_its_cards(setup):
     client, cache, api = setup
     add_busy_node(client, cache, api, busy="s4b")
-    p = pending(cache, api, pod(slice_(96, 4)))
+    p = pending(api, pod(slice_(96, 4)))
     body = filtered(client, p, ["s4", "s4b", "s5"])
     # binpack (default): the busier S4000 node; s4 fits too, s5 does not: no reasons given
     assert body == {"NodeNames": ["s4b"], "FailedNodes": {}, "Error": ""}
@@ -41,7 +43,7 @@ def test_filter_answers_one_node_and_reserves_its_cards(setup):
 def test_bind_writes_the_cards_the_filter_reserved(setup):
     """The card the filter chose is the one written, even if the state changed since."""
     client, cache, api = setup
-    p = pending(cache, api, pod(slice_(32, 4)))
+    p = pending(api, pod(slice_(32, 4)))
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
     card = cache.state.shares[p["metadata"]["uid"]].cards[0].card
     assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
@@ -52,7 +54,7 @@ def test_bind_writes_the_cards_the_filter_reserved(setup):
 def test_bind_on_another_node_releases_and_decides_there(setup):
     client, cache, api = setup
     cache.apply("node", "ADDED", mt_node("s4b", cards=1, units=96))
-    p = pending(cache, api, pod(whole(1, 96)))
+    p = pending(api, pod(whole(1, 96)))
     assert filtered(client, p, ["s4", "s4b"])["NodeNames"] == ["s4"]  # idle both: by name
     uid = p["metadata"]["uid"]
     assert client.post("/bind", json=bind_args(p, "s4b")).get_json() == {"Error": ""}
@@ -62,7 +64,7 @@ def test_bind_on_another_node_releases_and_decides_there(setup):
 
 def test_a_new_filter_of_the_pod_replaces_its_reservation(setup):
     client, cache, api = setup
-    p = pending(cache, api, pod(whole(1, 96)))
+    p = pending(api, pod(whole(1, 96)))
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]  # its own reservation does not block it
     held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
@@ -73,14 +75,14 @@ def test_an_abandoned_reservation_lapses(setup):
     """kube-scheduler may drop the pod after the filter (a later plugin refused it): the
     reservation is released when its time is up, and a later bind decides afresh."""
     client, cache, api = setup
-    a, b = pending(cache, api, pod(whole(2, 96))), pending(cache, api, pod(whole(1, 96)))
+    a, b = pending(api, pod(whole(2, 96))), pending(api, pod(whole(1, 96)))
     assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
     assert filtered(client, b, ["s4"])["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
     now = min(r.until for r in cache.reservations.values())
     assert cache.expire(now - 1) == 0
     assert cache.expire(now) == 1 and not cache.reservations and not cache.pods.assumed
     assert cache.state.card("s4-mthreads-0").idle and cache.state.card("s4-mthreads-1").idle
-    assert a["metadata"]["uid"] in cache.pods.pending  # waits again, as before the filter
+    assert not cache.pods.pending  # nothing waits in the extender: kube-scheduler sends the pod
     assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
     assert 5 <= RESERVE_FOR <= 60
     # the late bind of a: no reservation, decided on the state: b's reservation holds a card
@@ -95,7 +97,7 @@ def test_reservations_lapse_in_the_order_they_were_made(setup, monkeypatch):
     client, cache, api = setup
     clock = [1000.0]
     monkeypatch.setattr(cache_module.time, "monotonic", lambda: clock[0])
-    pods = [pending(cache, api, pod(slice_(8, 1))) for _ in range(3)]
+    pods = [pending(api, pod(slice_(8, 1))) for _ in range(3)]
     for p in pods:
         assert filtered(client, p, ["s5"])["NodeNames"] == ["s5"]
         clock[0] += 1
@@ -108,10 +110,10 @@ def test_reservations_lapse_in_the_order_they_were_made(setup, monkeypatch):
     assert cache.expire(1003 + RESERVE_FOR) == 1 and not cache.reservations and not cache.pods.assumed
 
 
-def test_reservation_ends_when_the_pod_is_seen_bound_or_deleted(setup):
+def test_reservation_ends_when_the_pod_is_seen_bound_and_lapses_when_deleted(setup):
     client, cache, api = setup
-    a = pending(cache, api, pod(slice_(32, 4)))
-    b = pending(cache, api, pod(slice_(32, 4)))
+    a = pending(api, pod(slice_(32, 4)))
+    b = pending(api, pod(slice_(32, 4)))
     assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
     assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
     # a is bound elsewhere (another scheduler): its real share replaces the reservation
@@ -121,26 +123,58 @@ def test_reservation_ends_when_the_pod_is_seen_bound_or_deleted(setup):
     assert cache.state.shares[a["metadata"]["uid"]].cards[0].memory_mib == 8192
     assert cache.expire(float("inf")) == 1  # only b's is left to lapse
     assert cache.state.card("s4-mthreads-1").memory_mib == 8192
-    # b is deleted while reserved
+    # b is deleted while reserved: the watch of bound pods does not show it; the
+    # reservation holds its share until its time is up
     assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
-    cache.apply("pod", "DELETED", b)
+    del api.pods[("default", b["metadata"]["name"])]
+    assert b["metadata"]["uid"] in cache.state.shares
+    assert cache.expire(float("inf")) == 1 and not cache.reservations
     assert b["metadata"]["uid"] not in cache.state.shares
-    assert cache.expire(float("inf")) == 0 and not cache.reservations
     assert client.post("/bind", json=bind_args(a, "s4")).get_json()["Error"].endswith("already bound to s4")
 
 
-def test_a_relist_keeps_the_reservations_of_unbound_pods(setup):
+def test_a_relist_keeps_the_reservations_of_the_pods_it_does_not_show(setup):
+    """The list of bound pods does not show a pending pod: its reservation holds."""
     client, cache, api = setup
-    a = pending(cache, api, pod(whole(1, 96)))
+    a = pending(api, pod(whole(1, 96)))
     assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
-    cache.apply("pod", "RESET", [a])
-    assert not cache.state.card("s4-mthreads-0").idle
+    cache.apply("pod", "RESET", [])
+    assert not cache.state.card("s4-mthreads-0").idle and not cache.pods.uncertain
     assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+
+
+@pytest.mark.parametrize("since", ["deleted", "bound"])
+def test_a_pod_bound_by_us_that_a_relist_does_not_show_is_read_again(setup, since):
+    """Bound by us, not yet seen by the watch, and then a relist without it: its binding may be
+    newer than the list (keep counting) or the pod gone since (forget it); a read tells."""
+    client, cache, api = setup
+    a = pending(api, pod(whole(1, 96)))
+    uid, key = a["metadata"]["uid"], ("default", a["metadata"]["name"])
+    assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    cache.apply("pod", "RESET", [])
+    assert not cache.state.card("s4-mthreads-0").idle
+    assert cache.pods.uncertain == {uid: key}
+    if since == "deleted":
+        del api.pods[key]
+    assert cache.resolve(uid, *key)[0] == ("gone" if since == "deleted" else "bound")
+    assert cache.state.card("s4-mthreads-0").idle == (since == "deleted")
+    assert not cache.pods.uncertain and not cache.pods.assumed
+
+
+def test_a_pod_seen_bound_before_the_relist_is_not_read_again(setup):
+    client, cache, api = setup
+    a = pending(api, pod(whole(1, 96)))
+    assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
+    assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
+    cache.apply("pod", "MODIFIED", api.pods[("default", a["metadata"]["name"])])
+    cache.apply("pod", "RESET", [])  # and gone since: forgotten, nothing left to read
+    assert not cache.pods.uncertain and not cache.written and cache.state.card("s4-mthreads-0").idle
 
 
 def test_filter_of_a_pod_whose_write_is_in_doubt_is_an_error(setup):
     client, cache, api = setup
-    p = pending(cache, api, pod(whole(1, 96)))
+    p = pending(api, pod(whole(1, 96)))
     api.raise_error = True
     assert "outcome unknown" in client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert filtered(client, p, ["s4"])["Error"] == IN_DOUBT
@@ -150,7 +184,7 @@ def test_a_burst_of_filters_and_binds_never_overcommits(setup):
     """Filters of many pods before any bind: each reserves, none is refused at bind time,
     and the reserved cards never exceed a card."""
     client, cache, api = setup
-    pods = [pending(cache, api, pod(slice_(32, 6))) for _ in range(8)]
+    pods = [pending(api, pod(slice_(32, 6))) for _ in range(8)]
     chosen = {p["metadata"]["uid"]: filtered(client, p, ["s4"])["NodeNames"] for p in pods}
     placed = [p for p in pods if chosen[p["metadata"]["uid"]]]
     assert len(placed) == 4  # 2 cards x 2 slices of 32 units + 6 cores (16 cores a card)

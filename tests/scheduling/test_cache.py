@@ -191,3 +191,32 @@ def test_deleted_pod_frees_its_share_and_is_settled():
     assert used(c) == (8192, 4)
     c.apply("pod", "DELETED", p)
     assert c.state.card(CARD).idle and settled == [p["metadata"]["uid"]] * 2
+
+
+# --- a watch of bound pods only (the extender's) ---------------------------------------------
+
+def test_with_bound_pods_watched_only_no_pod_waits():
+    c = cache(None, unbound_watched=False)
+    p = sched_pod(slice_(16, 4))
+    c.apply("pod", "ADDED", p)  # not what that watch sends; kept nowhere if it did
+    share = assumed(c, p)
+    assert c.bind_failed(share, p)
+    assert not c.pending and not c.assumed and c.state.card(CARD).idle
+
+
+@pytest.mark.parametrize("unbound_watched, listed, kept", [
+    (True, "unbound", True),  # our binding is newer than the list
+    (True, "absent", False),  # gone
+    (True, "bound", True),  # its real share, the same
+    (False, "absent", True),  # pending, or bound after the list, or gone: the caller asks
+    (False, "bound", True),
+])
+def test_a_relist_keeps_the_assumed_shares_the_list_cannot_contradict(unbound_watched, listed, kept):
+    c = cache(None, unbound_watched=unbound_watched)
+    p = sched_pod(slice_(16, 4))
+    share = assumed(c, p)
+    c.bind_ok(share)
+    shown = {"unbound": [p], "absent": [], "bound": [bound(p)]}[listed]
+    c.apply("pod", "RESET", shown)
+    assert used(c) == ((8192, 4) if kept else (0, 0))
+    assert (p["metadata"]["uid"] in c.assumed) == (kept and listed != "bound")

@@ -7,11 +7,20 @@ shares itself (it is node-cache capable). The verbs run on the server's event lo
 cache's thread; every read and change of the pod cache
 happens inside one method here, under the lock; the API calls are made outside it.
 
+The pod watch shows bound pods only (scheduling/cache.py, `BOUND_LIVE_PODS`): kube-scheduler
+sends each pending pod in its call. A bind without a reservation reads its pod from the API
+server.
+
 Reservations: the filter chooses the node and the cards and counts them at once (an assumed
 share with no write under way, `RESERVE_FOR` seconds to live); the bind writes that choice.
 A reservation ends when the bind takes it, when the pod is seen bound (its real share
-replaces it, on that node or another), deleted, filtered again, bound for another node, or
-when its time is up (checked on the cache thread, every half second).
+replaces it, on that node or another), filtered again, bound for another node, or when its
+time is up (checked on the cache thread, every half second): a pending pod deleted while it
+holds one is not shown by the watch, so its cards are counted until then.
+
+A relist keeps the assumed shares of the pods it does not show: a reservation lapses as
+before, a write under way tells its outcome, and a pod whose write succeeded (its binding
+may be newer than the list, or the pod gone since) is read again (`written`, `resolve`).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from ..config import Config
 from ..kube.api import Api
 from ..kube.binder import read_pod
 from ..kube.informer import Informer, watch_cluster
-from ..scheduling.cache import PodCache, uid_of
+from ..scheduling.cache import BOUND_LIVE_PODS, PodCache, uid_of
 from ..scheduling.decide import Placement
 from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
@@ -60,12 +69,13 @@ class Cache:
     def __init__(self, config: Config, api: Api | None = None):
         self.config, self.api = config, api
         self.lock = threading.RLock()
-        self.pods = PodCache(config.mthreads)
+        self.pods = PodCache(config.mthreads, unbound_watched=False)
         self.bound = self.pods.bound  # the bound pods' cards, for HAMi's metrics
         # uid -> its reservation; every one lives RESERVE_FOR, so the dict's order (a new filter
         # of a pod deletes and re-adds it) is the order in which they lapse
         self.reservations: dict[str, Reservation] = {}
-        self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of live pods
+        self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of bound pods
+        self.written: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): bound by us, not yet seen
         self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
         self.synced = threading.Event()  # nodes and pods listed
@@ -79,7 +89,7 @@ class Cache:
     # lifecycle
     def start(self) -> "Cache":
         assert self.api is not None
-        self._informers = watch_cluster(self.api, self.events, 1)
+        self._informers = watch_cluster(self.api, self.events, 1, BOUND_LIVE_PODS)
         self._thread = threading.Thread(target=self._run, name="extender-cache", daemon=True)
         self._thread.start()
         return self
@@ -129,7 +139,13 @@ class Cache:
                 return
             if event == "RESET":
                 self.facts = {uid_of(p): _facts(p) for p in obj}
-            elif event == "DELETED":
+                for uid, who in self.written.items():  # kept by the relist: read them again
+                    if uid in self.pods.assumed and uid not in self.pods.in_flight:
+                        self.pods.uncertain[uid] = who
+                self.written.clear()
+                return
+            self.written.pop(uid_of(obj), None)
+            if event == "DELETED":
                 self.facts.pop(uid_of(obj), None)
             else:
                 self.facts[uid_of(obj)] = _facts(obj)
@@ -230,15 +246,10 @@ class Cache:
         with self.lock:
             return scores(pod, ask, names, self.pods.state, self.config)
 
-    def pending_pod(self, uid: str, namespace: str, name: str) -> tuple[dict | None, bool]:
-        """(the cached unbound pod or None, whether an earlier binding of it is in doubt)."""
+    def in_doubt(self, uid: str) -> bool:
+        """Whether an earlier binding of the pod is under way or its outcome unknown."""
         with self.lock:
-            pod = self.pods.pending.get(uid)
-            doubt = uid in self.pods.assumed or uid in self.pods.uncertain
-        if pod is not None and (pod["metadata"].get("namespace"), pod["metadata"].get("name")) \
-                != (namespace, name):
-            pod = None
-        return pod, doubt
+            return uid in self.pods.assumed or uid in self.pods.uncertain
 
     def choose_and_assume(self, pod: dict, ask: PodAsk, node: str) -> Placement | str | None:
         """The cards on `node` chosen on the state that counts every share chosen before, and
@@ -253,9 +264,11 @@ class Cache:
                 self.pods.assume(result.share)
             return result
 
-    def bind_ok(self, share: PodShare) -> None:
+    def bind_ok(self, share: PodShare, namespace: str, name: str) -> None:
         with self.lock:
             self.pods.bind_ok(share)
+            if self.pods.assumed.get(share.uid) is share:  # not seen bound yet
+                self.written[share.uid] = (namespace, name)
 
     def bind_failed(self, share: PodShare, pod: dict) -> None:
         with self.lock:

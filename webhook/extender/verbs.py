@@ -134,12 +134,9 @@ class Extender:
         return await self._write(b, pod, result, ask.request is not None)
 
     async def _pod(self, b: wire.BindingArgs):
-        """The pod to bind, from the cache, else (or when our last write's outcome is
-        unknown) from the API server."""
+        """The pod to bind, read from the API server (the cache keeps bound pods only)."""
         who = f"{b.namespace}/{b.name}"
-        pod, doubt = self.source.pending_pod(b.uid, b.namespace, b.name)
-        if pod is not None and not doubt:
-            return pod
+        doubt = self.source.in_doubt(b.uid)
         status, pod = await read_pod_async(self.api, b.namespace, b.name)
         if doubt:
             state = self.source.learn(b.uid, status, pod)
@@ -165,7 +162,7 @@ class Extender:
             log.warning("bind %s: %s; outcome unknown, holding its cards until re-read", who, message)
             return wire.binding_result(f"binding {who}: outcome unknown: {message}")
         if 200 <= status < 300:
-            self.source.bind_ok(p.share)
+            self.source.bind_ok(p.share, b.namespace, b.name)
             devices = body["metadata"].get("annotations", {}).get(keys.ALLOCATED, "-")
             log.info("bound %s to %s: %s", who, p.node, devices)
             return wire.binding_result()

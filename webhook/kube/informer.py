@@ -116,7 +116,9 @@ class Informer:
                 pass
 
 
-def watch_cluster(api: Api, out: "queue.Queue", session: int) -> list[Informer]:
-    """The two watches a pod cache is fed from: every node, and the pods still running."""
+def watch_cluster(api: Api, out: "queue.Queue", session: int,
+                  pods: str = LIVE_PODS) -> list[Informer]:
+    """The two watches a pod cache is fed from: every node, and the pods `pods` selects (the
+    pods still running, or the extender's: those of them on a node)."""
     return [Informer(api, "node", "/api/v1/nodes", None, out, session).start(),
-            Informer(api, "pod", "/api/v1/pods", LIVE_PODS, out, session).start()]
+            Informer(api, "pod", "/api/v1/pods", pods, out, session).start()]

@@ -15,6 +15,12 @@ extender under its own lock). The life of a pod, as kube-scheduler's cache has i
   and the assumption ends; shown gone: everything about it is forgotten;
 - a relist rebuilds everything from the list, keeping only the assumed shares of pods the
   list still shows unbound (our binding is newer than the list).
+
+The extender watches bound pods only (`BOUND_LIVE_PODS`, `unbound_watched=False`):
+kube-scheduler hands it each pending pod in the call, so the unbound ones would be half its
+watch events for nothing. Then no pod waits in `pending`, and a relist keeps the assumed
+shares of every pod it does not show (the extender reads those whose write is done, and lets
+its reservations lapse; extender/cache.py).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .state import ClusterState
 log = logging.getLogger(__name__)
 
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # the pods a cache lists and watches
+BOUND_LIVE_PODS = "spec.nodeName!=," + LIVE_PODS  # the extender's: only those on a node
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -58,15 +65,17 @@ class PodCache:
     def __init__(self, mt: MthreadsConfig, scheduler_name: str | None = None,
                  on_settled: Callable[[str], None] | None = None,
                  on_changed: Callable[[str], None] | None = None,
-                 bound: BoundPods | None = None):
+                 bound: BoundPods | None = None, unbound_watched: bool = True):
         """`scheduler_name`: keep only the unbound pods of this scheduler (None: all).
         `on_settled(uid)`: a pod was seen bound or gone; `on_changed(uid)`: a pending pod's
         annotations changed (what it asks for may have). `bound`: the bound pods' view that
-        the metrics read, kept in step with the watch (emptied: a new cache knows no pod)."""
+        the metrics read, kept in step with the watch (emptied: a new cache knows no pod).
+        `unbound_watched` False: the watch shows bound pods only (the extender's)."""
         self.state = ClusterState(mt)
         self.bound = bound if bound is not None else BoundPods()
         self.bound.clear()
         self.scheduler_name = scheduler_name
+        self.unbound_watched = unbound_watched
         self.on_settled = on_settled or (lambda uid: None)
         self.on_changed = on_changed or (lambda uid: None)
         self.pending: dict[str, dict] = {}  # uid -> an unbound pod, not assumed
@@ -101,6 +110,8 @@ class PodCache:
         self.pending.clear()
         self.assumed.clear()
         unbound = {uid_of(p) for p in pods if not is_bound(p)}
+        if not self.unbound_watched:  # the list shows no unbound pod: any it does not show bound
+            unbound = set(keep) - {uid_of(p) for p in pods if is_bound(p)}
         for uid, share in keep.items():
             if uid in unbound:  # our binding is newer than the list (or still being written)
                 self.assumed[uid] = share
@@ -128,8 +139,8 @@ class PodCache:
             self.state.add(share)
             self.bound.seen(pod)
             return
-        if uid in self.assumed:
-            return  # an event older than our binding
+        if uid in self.assumed or not self.unbound_watched:
+            return  # an event older than our binding; or no pod waits here
         meta = pod["metadata"]
         theirs = self.scheduler_name is not None and \
             (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name
@@ -170,7 +181,8 @@ class PodCache:
             return False
         del self.assumed[share.uid]
         self.state.remove(share.uid)
-        self.pending[share.uid] = pod
+        if self.unbound_watched:
+            self.pending[share.uid] = pod
         return True
 
     def bind_unknown(self, share: PodShare, namespace: str, name: str) -> None:

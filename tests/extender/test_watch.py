@@ -1,0 +1,59 @@
+"""The extender's cache against the test API server: its pod watch shows bound pods only
+(kube-scheduler sends each pending pod in its call), and it follows them from binding to
+deletion (docs/extender.md, "Reservations")."""
+
+from __future__ import annotations
+
+import kubernetes.client as k
+import pytest
+
+from tests.builders import sched_pod, slice_
+from tests.extender.messages import CONFIG
+from tests.extender.test_scheduler import create
+from tests.harness.allocator import ALLOCATOR_USER
+from tests.harness.wait import wait_for
+from webhook import annotations as keys
+from webhook.extender.cache import Cache
+from webhook.kube.api import Api, make_api_client
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def cache(kube_cluster, admin):
+    """The extender's cache, watching as the extender's identity; stopped afterwards."""
+    c = Cache(CONFIG, Api(make_api_client(str(kube_cluster.kubeconfig(ALLOCATOR_USER))))).start()
+    try:
+        assert c.wait_ready(30), "the cache never listed"
+        yield c
+    finally:
+        c.stop()
+
+
+def bind(admin, ns: str, name: str, node: str) -> None:
+    k.CoreV1Api(admin).create_namespaced_binding(ns, {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "annotations": {
+            keys.ALLOCATED: f"{node}-mthreads-0,Mthreads,8192,4:;"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, _preload_content=False)
+
+
+def uid(admin, ns: str, name: str) -> str:
+    return k.CoreV1Api(admin).read_namespaced_pod(name, ns).metadata.uid
+
+
+def test_the_watch_shows_a_pod_once_bound_and_forgets_it_when_deleted(cache, admin, fleet, namespace):
+    node, = fleet(1, 96)
+    waiting = create(admin, namespace, sched_pod(slice_(16, 4), name="waiting"), fleet.selector)
+    placed = create(admin, namespace, sched_pod(slice_(16, 4), name="placed"), fleet.selector)
+    bind(admin, namespace, placed, node)
+    placed_uid, waiting_uid = uid(admin, namespace, placed), uid(admin, namespace, waiting)
+    wait_for(lambda: placed_uid in cache.facts, 30, what="the bound pod in the cache")
+    card = cache.state.card(f"{node}-mthreads-0")
+    assert (card.memory_mib, card.cores) == (8192, 4)
+    assert waiting_uid not in cache.facts and not cache.pods.pending  # never shown
+    bind(admin, namespace, waiting, node)
+    wait_for(lambda: waiting_uid in cache.facts, 30, what="the pod bound later in the cache")
+    assert cache.state.card(f"{node}-mthreads-0").memory_mib == 16384
+    k.CoreV1Api(admin).delete_namespaced_pod(placed, namespace, grace_period_seconds=0)
+    wait_for(lambda: placed_uid not in cache.facts, 30, what="the deleted pod gone from the cache")
+    assert cache.state.card(f"{node}-mthreads-0").memory_mib == 8192
