@@ -58,7 +58,7 @@ def test_a_silent_watch_is_abandoned_and_resumed():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     api = Api(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.server_port}")))
     out: queue.Queue = queue.Queue()
-    informer = Informer(api, "node", "/api/v1/nodes", None, out, session=1)
+    informer = Informer(api, "node", "/api/v1/nodes", None, out.put, session=1)
     informer.read_timeout = 1.0
     informer.start()
     try:

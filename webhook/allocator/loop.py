@@ -96,7 +96,7 @@ class Allocator:
         self.session += 1
         self._reset()
         log.info("leading: listing nodes and pods before deciding")
-        self.informers = watch_cluster(self.api, self.events, self.session)
+        self.informers = watch_cluster(self.api, self.events.put, self.session)
 
     def _end_session(self) -> None:
         for i in self.informers:

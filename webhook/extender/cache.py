@@ -3,9 +3,9 @@ the watches, with the few questions the HTTP handlers ask of it.
 
 kube-scheduler sends node names only, so the extender keeps the nodes and the bound pods'
 shares itself (it is node-cache capable). The verbs run on the server's event loop (and
-/preempt on a few threads, extender/app.py) and the watch events are applied on this
-cache's thread; every read and change of the pod cache
-happens inside one method here, under the lock; the API calls are made outside it.
+/preempt on a few threads, extender/app.py) and each watch event is applied on its watch's
+thread as it is read (no hand-off to another thread per pod); every read and change of the
+pod cache happens inside one method here, under the lock; the API calls are made outside it.
 
 The pod watch shows bound pods only (scheduling/cache.py, `BOUND_LIVE_PODS`): kube-scheduler
 sends each pending pod in its call. A bind without a reservation reads its pod from the API
@@ -15,8 +15,8 @@ Reservations: the filter chooses the node and the cards and counts them at once 
 share with no write under way, `RESERVE_FOR` seconds to live); the bind writes that choice.
 A reservation ends when the bind takes it, when the pod is seen bound (its real share
 replaces it, on that node or another), filtered again, bound for another node, or when its
-time is up (checked on the cache thread, every half second): a pending pod deleted while it
-holds one is not shown by the watch, so its cards are counted until then.
+time is up (checked on the cache's clock thread, every half second): a pending pod deleted
+while it holds one is not shown by the watch, so its cards are counted until then.
 
 A relist keeps the assumed shares of the pods it does not show: a reservation lapses as
 before, a write under way tells its outcome, and a pod whose write succeeded (its binding
@@ -25,7 +25,6 @@ may be newer than the list, or the pod gone since) is read again (`written`, `re
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -76,7 +75,6 @@ class Cache:
         self.reservations: dict[str, Reservation] = {}
         self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of bound pods
         self.written: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): bound by us, not yet seen
-        self.events: queue.Queue = queue.Queue()
         self.stopped = threading.Event()
         self.synced = threading.Event()  # nodes and pods listed
         self._informers: list[Informer] = []
@@ -89,7 +87,9 @@ class Cache:
     # lifecycle
     def start(self) -> "Cache":
         assert self.api is not None
-        self._informers = watch_cluster(self.api, self.events, 1, BOUND_LIVE_PODS)
+        # each event applied on its watch's thread: no hand-off to another thread per pod
+        self._informers = watch_cluster(self.api, lambda item: self.apply(*item[1:]), 1,
+                                        BOUND_LIVE_PODS)
         self._thread = threading.Thread(target=self._run, name="extender-cache", daemon=True)
         self._thread.start()
         return self
@@ -108,20 +108,9 @@ class Cache:
         return self.synced.wait(timeout)
 
     def _run(self) -> None:
+        """The clock: reservations that lapse, and reads of pods whose outcome is unknown."""
         last_resolve = time.monotonic()
-        while not self.stopped.is_set():
-            try:
-                item = self.events.get(timeout=0.5)
-            except queue.Empty:
-                item = None
-            if item is not None:
-                with self.lock:
-                    self.apply(*item[1:])
-                    while True:  # apply what has piled up in one go
-                        try:
-                            self.apply(*self.events.get_nowait()[1:])
-                        except queue.Empty:
-                            break
+        while not self.stopped.wait(0.5):
             self.expire(time.monotonic())
             if time.monotonic() - last_resolve > RESOLVE_EVERY:
                 last_resolve = time.monotonic()

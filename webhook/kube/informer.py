@@ -1,4 +1,5 @@
-"""List then watch one kind of object, feeding events to the decision loop's queue.
+"""List then watch one kind of object, handing each event to `emit` (the allocator's decision
+loop's queue; the extender's cache applies it at once).
 
 Resumes from the last resourceVersion seen (bookmarks included) and relists on 410 Gone.
 Each relist is delivered as one ("RESET", items) event so the loop can rebuild at once.
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import threading
+from typing import Callable
 
 from kubernetes.watch.watch import iter_resp_lines
 
@@ -25,10 +26,11 @@ class Informer:
     read_timeout = WATCH_SECONDS + 30  # longer than any quiet watch the server keeps open
 
     def __init__(self, api: Api, kind: str, path: str, field_selector: str | None,
-                 out: "queue.Queue", session: int):
+                 emit: Callable[[tuple], None], session: int):
+        """`emit((session, kind, event, object))` is called on the watch's thread."""
         self.api, self.kind, self.path = api, kind, path
         self.field_selector = field_selector
-        self.out, self.session = out, session
+        self.emit, self.session = emit, session
         self.stopped = threading.Event()
         self._resp = None
         self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
@@ -47,7 +49,7 @@ class Informer:
                 pass
 
     def _emit(self, event: str, obj) -> None:
-        self.out.put((self.session, self.kind, event, obj))
+        self.emit((self.session, self.kind, event, obj))
 
     def _query(self, **extra) -> dict:
         q = dict(extra)
@@ -116,9 +118,9 @@ class Informer:
                 pass
 
 
-def watch_cluster(api: Api, out: "queue.Queue", session: int,
+def watch_cluster(api: Api, emit: Callable[[tuple], None], session: int,
                   pods: str = LIVE_PODS) -> list[Informer]:
     """The two watches a pod cache is fed from: every node, and the pods `pods` selects (the
     pods still running, or the extender's: those of them on a node)."""
-    return [Informer(api, "node", "/api/v1/nodes", None, out, session).start(),
-            Informer(api, "pod", "/api/v1/pods", pods, out, session).start()]
+    return [Informer(api, "node", "/api/v1/nodes", None, emit, session).start(),
+            Informer(api, "pod", "/api/v1/pods", pods, emit, session).start()]
