@@ -13,6 +13,7 @@ the pod network or loopback (see docs/extender.md).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import socket
@@ -31,6 +32,12 @@ from .verbs import Extender
 
 log = logging.getLogger("webhook.extender")
 
+# The cache's objects live as long as the process, a request's objects die young (a filter
+# decodes a pod and hundreds of node names). With Python's defaults its collector walked the
+# cache again and again: 7% of the extender's CPU in a bench backlog (perf). So: young
+# collections less often, and what the first list built frozen out of the collections.
+GC_YOUNG = 20_000  # allocations between young collections (Python's default: 700)
+
 
 def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
     """The extender app over a started cache."""
@@ -43,13 +50,23 @@ async def serve(application: ExtenderApp, sock: socket.socket) -> None:
     """Answer on `sock` until SIGTERM or SIGINT, then stop gracefully."""
     server = HttpServer(application.respond)
     await server.start(sock)
+    freeze = asyncio.ensure_future(_freeze_when_listed(application))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("extender: stopping")
+    freeze.cancel()
     await server.close()
+
+
+async def _freeze_when_listed(application: ExtenderApp) -> None:
+    source = application.ext.source
+    while not await asyncio.get_running_loop().run_in_executor(application.pool, source.wait_ready, 5.0):
+        pass
+    gc.collect()
+    gc.freeze()
 
 
 def run(config: Config, kubeconfig: str | None, bind: str) -> int:
@@ -58,6 +75,7 @@ def run(config: Config, kubeconfig: str | None, bind: str) -> int:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(address)
+    gc.set_threshold(GC_YOUNG)
     application, cache = app(config, Api(make_api_client(kubeconfig)))
     log.info("extender: scheduler %s, listening on %s, listing nodes and pods",
              config.scheduler_name, bind)
