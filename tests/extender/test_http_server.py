@@ -141,13 +141,19 @@ def test_a_chunked_body_is_joined(server):
     assert server.seen[-1] == ("POST", "/c", b"abcde")
 
 
-@pytest.mark.parametrize("garbage", [b"\x16\x03\x01\x02\x00hello TLS\r\n\r\n", b"GET / HTTP/9\r\n\r\n",
-                                     b"NOT A REQUEST\r\n\r\n"])
-def test_what_is_not_http_is_answered_400_and_closed(server, garbage):
+@pytest.mark.parametrize("garbage, why", [
+    (b"\x16\x03\x01\x02\x00hello TLS\r\n\r\n", b"Invalid method"),
+    (b"GET / HTTP/9\r\n\r\n", b"Expected dot"),  # llhttp's words
+    (b"NOT A REQUEST\r\n\r\n", b"Invalid method"),
+    (b"GET %%% HTTP/1.1\r\n\r\n", b"url"),
+    (b"GET http://[bad HTTP/1.1\r\nHost: x\r\n\r\n" + post("/after"), b"URL cannot be read"),
+])
+def test_what_is_not_http_is_answered_400_naming_why_and_closed(server, garbage, why):
     conn = server.connect()
     conn.sendall(garbage)
     (status, headers, body), = read_answers(conn, 1)
-    assert status == 400 and headers.get("connection") == "close" and body.startswith(b"not an HTTP")
+    assert status == 400 and headers.get("connection") == "close"
+    assert body.startswith(b"not an HTTP request: ") and why in body, body
     assert closed_by_server(conn)
     assert server.seen == []
 

@@ -121,7 +121,13 @@ class _Connection(asyncio.Protocol):
                 self._body.append(body)
 
     def on_message_complete(self) -> None:
-        path = httptools.parse_url(b"".join(self._url)).path.decode("latin-1")
+        if self.closing:  # refused already: what follows on this connection is not answered
+            return
+        try:
+            path = httptools.parse_url(b"".join(self._url)).path.decode("latin-1")
+        except httptools.HttpParserInvalidURLError:
+            self._refuse(400, b"not an HTTP request: its URL cannot be read\n")
+            return
         body = None if self._body is None else b"".join(self._body)
         self.waiting.append((self.parser.get_method().decode("latin-1"), path, body,
                              self.parser.should_keep_alive()))
