@@ -7,7 +7,7 @@ from __future__ import annotations
 import kubernetes.client as k
 import pytest
 
-from tests.builders import sched_pod, slice_
+from tests.builders import binding, sched_pod, slice_
 from tests.extender.messages import CONFIG
 from tests.extender.test_scheduler import create
 from tests.harness.allocator import ALLOCATOR_USER
@@ -31,10 +31,9 @@ def cache(kube_cluster, admin):
 
 
 def bind(admin, ns: str, name: str, node: str) -> None:
-    k.CoreV1Api(admin).create_namespaced_binding(ns, {
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "annotations": {
-            keys.ALLOCATED: f"{node}-mthreads-0,Mthreads,8192,4:;"}},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, _preload_content=False)
+    body = binding(name, {keys.ALLOCATED: f"{node}-mthreads-0,Mthreads,8192,4:;"}, node)
+    body["metadata"]["namespace"] = ns
+    k.CoreV1Api(admin).create_namespaced_binding(ns, body, _preload_content=False)
 
 
 def uid(admin, ns: str, name: str) -> str:

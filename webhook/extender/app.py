@@ -33,6 +33,7 @@ TEXT = [("content-type", "text/plain")]
 PAGES = ("/healthz", "/readyz", "/metrics")
 VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/preempt": "preempt", "/bind": "bind"}
 ON_THREADS = {"preempt"}  # it reads every share of the nodes proposed: it may take a while
+AWAITED = {"bind"} | ON_THREADS  # answered by a coroutine; the others at once
 
 
 class ExtenderApp:
@@ -50,7 +51,7 @@ class ExtenderApp:
             if body is None:
                 return 413, JSON, _json({"Error": f"bad request: the body is over {MAX_BODY} bytes"})
             name = VERBS[path]
-            if name == "bind" or name in ON_THREADS or not self.ext.synced():
+            if name in AWAITED or not self.ext.synced():
                 return self._verb_later(name, body)
             return self._verb(name, body)
         if path in PAGES and method in ("GET", "HEAD"):
@@ -73,7 +74,7 @@ class ExtenderApp:
         loop = asyncio.get_running_loop()
         if not self.ext.synced():
             await loop.run_in_executor(self.pool, self.ext.source.wait_ready, self.ready_wait)
-        if name != "bind" and name not in ON_THREADS:
+        if name not in AWAITED:
             return self._verb(name, body)
         verb = getattr(self.ext, name)
         try:

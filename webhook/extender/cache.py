@@ -128,9 +128,10 @@ class Cache:
                 return
             if event == "RESET":
                 self.facts = {uid_of(p): _facts(p) for p in obj}
-                for uid, who in self.written.items():  # kept by the relist: read them again
-                    if uid in self.pods.assumed and uid not in self.pods.in_flight:
-                        self.pods.uncertain[uid] = who
+                for uid, (ns, name) in self.written.items():  # kept by the relist: read again
+                    share = self.pods.assumed.get(uid)
+                    if share is not None and uid not in self.pods.in_flight:
+                        self.pods.bind_unknown(share, ns, name)
                 self.written.clear()
                 return
             self.written.pop(uid_of(obj), None)

@@ -17,6 +17,7 @@ import gc
 import logging
 import signal
 import socket
+from typing import Callable
 
 import uvloop
 
@@ -46,11 +47,11 @@ def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
                        metrics_page(lambda: cache.state.nodes.values(), cache.bound)), cache
 
 
-async def serve(application: ExtenderApp, sock: socket.socket) -> None:
+async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket) -> None:
     """Answer on `sock` until SIGTERM or SIGINT, then stop gracefully."""
     server = HttpServer(application.respond)
     await server.start(sock)
-    freeze = asyncio.ensure_future(_freeze_when_listed(application))
+    freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -61,9 +62,11 @@ async def serve(application: ExtenderApp, sock: socket.socket) -> None:
     await server.close()
 
 
-async def _freeze_when_listed(application: ExtenderApp) -> None:
-    source = application.ext.source
-    while not await asyncio.get_running_loop().run_in_executor(application.pool, source.wait_ready, 5.0):
+async def _freeze_when_listed(wait_ready: Callable[[float], bool]) -> None:
+    """gc.freeze once `wait_ready(seconds)` says the first list is done (waited for on the
+    loop's default threads, not the app's)."""
+    loop = asyncio.get_running_loop()
+    while not await loop.run_in_executor(None, wait_ready, 5.0):
         pass
     gc.collect()
     gc.freeze()
@@ -80,7 +83,7 @@ def run(config: Config, kubeconfig: str | None, bind: str) -> int:
     log.info("extender: scheduler %s, listening on %s, listing nodes and pods",
              config.scheduler_name, bind)
     try:
-        uvloop.run(serve(application, sock))
+        uvloop.run(serve(application, cache, sock))
     finally:
         application.close()
         cache.stop()
