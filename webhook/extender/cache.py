@@ -3,8 +3,9 @@ the watches, with the few questions the HTTP handlers ask of it.
 
 kube-scheduler sends node names only, so the extender keeps the nodes and the bound pods'
 shares itself (it is node-cache capable). The verbs run on the server's event loop (and
-/preempt on a few threads, extender/app.py) and each watch event is applied on its watch's
-thread as it is read (no hand-off to another thread per pod); every read and change of the
+/preempt on a few threads, extender/app.py) and each watch event is applied as it is read,
+on that loop too (`watches`; on threads of their own when the API server is reached through a
+proxy); every read and change of the
 pod cache happens inside one method here, under the lock; the API calls are made outside it.
 
 The pod watch shows bound pods only (scheduling/cache.py, `BOUND_LIVE_PODS`): kube-scheduler
@@ -28,9 +29,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Coroutine
 
 from ..config import Config
 from ..kube.api import Api
+from ..kube.async_api import AsyncApi
+from ..kube.async_informer import AsyncInformer
 from ..kube.binder import read_pod
 from ..kube.informer import Informer, watch_cluster
 from ..scheduling.cache import BOUND_LIVE_PODS, PodCache, uid_of
@@ -85,14 +89,24 @@ class Cache:
         return self.pods.state
 
     # lifecycle
-    def start(self) -> "Cache":
+    def start(self, watch_on_threads: bool = True) -> "Cache":
+        """The clock; and the watches on threads of their own, unless the caller runs
+        `watches()` on its event loop instead."""
         assert self.api is not None
-        # each event applied on its watch's thread: no hand-off to another thread per pod
-        self._informers = watch_cluster(self.api, lambda item: self.apply(*item[1:]), 1,
-                                        BOUND_LIVE_PODS)
+        if watch_on_threads:  # each event applied on its watch's thread as it is read
+            self._informers = watch_cluster(self.api, lambda item: self.apply(*item[1:]), 1,
+                                            BOUND_LIVE_PODS)
         self._thread = threading.Thread(target=self._run, name="extender-cache", daemon=True)
         self._thread.start()
         return self
+
+    def watches(self, api: AsyncApi) -> list[Coroutine]:
+        """The node and pod watches, to run on the caller's event loop (the extender's: each
+        event applied there between two answers, kube/async_informer.py)."""
+        return [AsyncInformer(api, "node", "/api/v1/nodes", None,
+                              lambda event, obj: self.apply("node", event, obj)).run(),
+                AsyncInformer(api, "pod", "/api/v1/pods", BOUND_LIVE_PODS,
+                              lambda event, obj: self.apply("pod", event, obj)).run()]
 
     def stop(self) -> None:
         self.stopped.set()

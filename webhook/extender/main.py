@@ -41,9 +41,11 @@ GC_YOUNG = 20_000  # allocations between young collections (Python's default: 70
 
 
 def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
-    """The extender app over a started cache."""
-    cache = Cache(config, api).start()
-    return ExtenderApp(Extender(config, cache, AsyncApi(api)),
+    """The extender app over a started cache, whose watches `serve` runs on its loop (on
+    threads for a configuration that goes through a proxy, which AsyncApi leaves to Api)."""
+    async_api = AsyncApi(api)
+    cache = Cache(config, api).start(watch_on_threads=async_api.proxied)
+    return ExtenderApp(Extender(config, cache, async_api),
                        metrics_page(lambda: cache.state.nodes.values(), cache.bound)), cache
 
 
@@ -51,6 +53,8 @@ async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket) -> 
     """Answer on `sock` until SIGTERM or SIGINT, then stop gracefully."""
     server = HttpServer(application.respond)
     await server.start(sock)
+    api = application.ext.api
+    watches = [] if api.proxied else [asyncio.ensure_future(w) for w in cache.watches(api)]
     freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -58,7 +62,8 @@ async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket) -> 
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("extender: stopping")
-    freeze.cancel()
+    for task in (freeze, *watches):
+        task.cancel()
     await server.close()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from typing import Callable
 from urllib.parse import urlencode, urlsplit
 
 import httptools
@@ -79,6 +80,69 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+class _Stream(asyncio.Protocol):
+    """One watch's connection: the answer's body handed on line by line as it comes. `done`:
+    (status, the body of an answer other than 200) once the answer ends; the error else."""
+
+    def __init__(self, on_line: Callable[[bytes], bool], loop: asyncio.AbstractEventLoop) -> None:
+        self.on_line, self.loop = on_line, loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.done: asyncio.Future = loop.create_future()
+        self.last_read = loop.time()
+        self.status = 0
+        self.rest = b""  # a line not whole yet
+        self.body: list[bytes] = []  # of an answer other than 200
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = self.loop.time()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._end(error=ConnectionError(f"unreadable answer: {e}"))
+
+    def connection_lost(self, exc) -> None:
+        self._end(error=ConnectionError("the API server closed the connection"))
+
+    # httptools callbacks
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        if self.status != 200:
+            self.body.append(body)
+            return
+        *lines, self.rest = (self.rest + body).split(b"\n")
+        for line in lines:
+            if not line or self.done.done():
+                continue
+            try:
+                more = self.on_line(line)
+            except Exception as e:  # the caller's error, or a line it cannot read: ends the watch
+                self._end(error=e)
+                return
+            if more is False:
+                self._end()
+
+    def on_message_complete(self) -> None:
+        self._end()
+
+    def _end(self, error: Exception | None = None) -> None:
+        if not self.done.done():
+            if error is not None:
+                self.done.set_exception(error)
+            else:
+                self.done.set_result((self.status, b"".join(self.body)))
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
 def ssl_context(cfg) -> ssl.SSLContext:
     """The TLS settings the kubernetes client gives urllib3 (rest.RESTClientObject)."""
     ctx = ssl.create_default_context()
@@ -116,14 +180,7 @@ class AsyncApi:
         if self.proxied:
             return await asyncio.get_running_loop().run_in_executor(
                 None, lambda: self.api.call(method, path, query, body, content_type, timeout=timeout))
-        target = self.prefix + path + ("?" + urlencode(query) if query else "")
-        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        head = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}", "Accept: application/json",
-                f"Content-Length: {len(payload)}"]
-        if body is not None:
-            head.append(f"Content-Type: {content_type}")
-        head += [f"{k}: {v}" for k, v in self.api.auth_headers().items()]
-        request = ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+        request = self._request(method, path, query, body, content_type)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.connections)
         async with self._slots:
@@ -141,6 +198,47 @@ class AsyncApi:
                     else:
                         conn.close()
         return Reply.of(answer[0], answer[1])
+
+    async def watch(self, path: str, query: dict, read_timeout: float,
+                    on_line: Callable[[bytes], bool]) -> Reply:
+        """A watch on its own connection: `on_line(line)` for each line of the answer as it is
+        read, until the server ends it or `on_line` answers False. The Reply: the status, and
+        for a status other than 200 the body. ApiError when the server cannot be reached, the
+        answer breaks off, nothing comes for `read_timeout` seconds (a connection dropped
+        without a word), or `on_line` raises. Not for a proxied configuration (`proxied`)."""
+        loop = asyncio.get_running_loop()
+        stream = None
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                _, stream = await loop.create_connection(
+                    lambda: _Stream(on_line, loop), self.host, self.port, ssl=self.ssl,
+                    server_hostname=self.server_hostname)
+            stream.transport.write(self._request("GET", path, query, None, ""))
+            while not stream.done.done():  # wakes once per read_timeout to see whether it is silent
+                await asyncio.wait([stream.done], timeout=read_timeout)
+                if not stream.done.done() and loop.time() - stream.last_read >= read_timeout:
+                    raise TimeoutError(f"nothing read for {read_timeout:g}s")
+            status, body = stream.done.result()
+        except (OSError, EOFError, TimeoutError, ssl.SSLError, ValueError, ApiError) as e:
+            if isinstance(e, ApiError):
+                raise
+            raise ApiError(f"watch {path}: {type(e).__name__}: {e}") from None
+        finally:
+            if stream is not None:
+                if not stream.done.done():
+                    stream.done.cancel()  # what the closing says is of no interest now
+                stream.close()
+        return Reply.of(status, body)
+
+    def _request(self, method: str, path: str, query: dict | None, body, content_type: str) -> bytes:
+        target = self.prefix + path + ("?" + urlencode(query) if query else "")
+        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        head = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}", "Accept: application/json",
+                f"Content-Length: {len(payload)}"]
+        if body is not None:
+            head.append(f"Content-Type: {content_type}")
+        head += [f"{k}: {v}" for k, v in self.api.auth_headers().items()]
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
 
     async def _connection(self) -> _Connection:
         while self._idle:

@@ -15,11 +15,39 @@ from typing import Callable
 from kubernetes.watch.watch import iter_resp_lines
 
 from ..scheduling.cache import LIVE_PODS
-from .api import Api, ApiError
+from .api import Api, ApiError, Reply
 
 log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 240  # the server ends each watch after this; we then resume
+GONE = "GONE"  # the watch's resourceVersion is too old: list again
+
+
+def query(field_selector: str | None, watch_from: str | None = None) -> dict:
+    """The query of a list, or of a watch from resourceVersion `watch_from`."""
+    q = {} if watch_from is None else {"watch": "true", "resourceVersion": watch_from,
+                                       "allowWatchBookmarks": "true",
+                                       "timeoutSeconds": str(WATCH_SECONDS)}
+    if field_selector:
+        q["fieldSelector"] = field_selector
+    return q
+
+
+def read_event(line: bytes | str, what: str) -> tuple[str, dict]:
+    """One line of a watch as (type, object); (GONE, {}) when the server says the
+    resourceVersion is too old. Another error of the server is an ApiError, a line that is not
+    an event a ValueError (the caller resumes the watch)."""
+    ev = json.loads(line)
+    if not isinstance(ev, dict):
+        raise ValueError(f"watch {what}: not an event")
+    kind, obj = ev.get("type"), ev.get("object") or {}
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise ValueError(f"watch {what}: not an event")
+    if kind == "ERROR":
+        if obj.get("code") == 410:
+            return GONE, {}
+        raise ApiError(f"watch {what}: {obj.get('message')}")
+    return kind, obj
 
 
 class Informer:
@@ -51,14 +79,8 @@ class Informer:
     def _emit(self, event: str, obj) -> None:
         self.emit((self.session, self.kind, event, obj))
 
-    def _query(self, **extra) -> dict:
-        q = dict(extra)
-        if self.field_selector:
-            q["fieldSelector"] = self.field_selector
-        return q
-
     def _list(self) -> str:
-        reply = self.api.call("GET", self.path, self._query(), timeout=30)
+        reply = self.api.call("GET", self.path, query(self.field_selector), timeout=30)
         if not reply.ok or reply.body is None:
             raise ApiError(f"list {self.kind}: {reply.message()}")
         self._emit("RESET", reply.body.get("items") or [])
@@ -80,26 +102,25 @@ class Informer:
 
     def _watch(self, rv: str) -> str | None:
         """Returns the resourceVersion to resume from, or None to relist."""
-        resp = self.api.stream(self.path, self._query(
-            watch="true", resourceVersion=rv, allowWatchBookmarks="true",
-            timeoutSeconds=str(WATCH_SECONDS)), read_timeout=self.read_timeout)
+        resp = self.api.stream(self.path, query(self.field_selector, rv),
+                               read_timeout=self.read_timeout)
         self._resp = resp
         try:
-            if resp.status == 410:
-                return None
             if resp.status != 200:
-                raise ApiError(f"watch {self.kind}: HTTP {resp.status}")
+                # read whole: a body left unread would be taken for the next answer on the
+                # connection, which goes back to the pool
+                reply = Reply.of(resp.status, resp.data)
+                if resp.status == 410:
+                    return None
+                raise ApiError(f"watch {self.kind}: {reply.message()}")
             for line in iter_resp_lines(resp):
                 if self.stopped.is_set():
                     return rv
                 if not line:
                     continue
-                ev = json.loads(line)
-                kind, obj = ev.get("type"), ev.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        return None  # too old: relist
-                    raise ApiError(f"watch {self.kind}: {obj.get('message')}")
+                kind, obj = read_event(line, self.kind)
+                if kind == GONE:
+                    return None  # too old: relist
                 rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
                 if kind != "BOOKMARK":
                     self._emit(kind, obj)

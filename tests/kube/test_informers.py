@@ -1,0 +1,218 @@
+"""Both informers, the threaded one (kube/informer.py, the allocator's) and the one on an event
+loop (kube/async_informer.py, the extender's), against a scripted API server on 127.0.0.1:
+what they hand on, where they resume, when they relist, and that a silent watch is abandoned.
+The real API server serves both in tests/allocator and tests/extender."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from kubernetes import client
+
+from webhook.kube.api import Api
+from webhook.kube.async_api import AsyncApi
+from webhook.kube.async_informer import AsyncInformer
+from webhook.kube.informer import Informer, read_event
+
+
+def event(kind: str, rv: str, name: str = "n1") -> bytes:
+    return json.dumps({"type": kind, "object": {"metadata": {"name": name, "resourceVersion": rv}}}).encode()
+
+
+GONE_EVENT = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410}}).encode()
+
+
+def script_server(watches: list[list]):
+    """A server whose list answers resourceVersion 5 and whose n-th watch plays `watches[n]`:
+    ("line", bytes) a line of the stream, ("status", code) an answer other than 200, ("silent",)
+    hold it open without a word; a played-out script ends the answer. Watches after the last
+    script hold silently. Records the query of each request in `server.requests`."""
+    release = threading.Event()
+    requests: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            q = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+            requests.append(q)
+            if q.get("watch") != "true":
+                self._send(200, json.dumps({"metadata": {"resourceVersion": "5"}, "items": []}).encode())
+                return
+            n = sum(1 for r in requests if r.get("watch") == "true") - 1
+            steps = watches[n] if n < len(watches) else [("silent",)]
+            if steps and steps[0][0] == "status":
+                self._send(steps[0][1], json.dumps({"kind": "Status", "message": "scripted"}).encode())
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for step in steps:
+                if step[0] == "silent":
+                    release.wait(30)
+                    return
+                line = step[1] + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.close_connection = True
+
+        def _send(self, status: int, body: bytes):
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.requests, server.release = requests, release
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def threaded(api: Api, out: queue.Queue, read_timeout: float, emit=None):
+    informer = Informer(api, "node", "/api/v1/nodes", None,
+                        lambda item: (emit or out.put)(item[2:]), session=1)
+    informer.read_timeout = read_timeout
+    informer.start()
+    return informer.stop
+
+
+def on_loop(api: Api, out: queue.Queue, read_timeout: float, emit=None):
+    loop = asyncio.new_event_loop()
+    informer = AsyncInformer(AsyncApi(api), "node", "/api/v1/nodes", None,
+                             lambda e, o: (emit or out.put)((e, o)))
+    informer.read_timeout = read_timeout
+    task = loop.create_task(informer.run())
+
+    def run():
+        try:
+            loop.run_until_complete(task)
+        except asyncio.CancelledError:  # stopped
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def stop():
+        loop.call_soon_threadsafe(task.cancel)
+        thread.join(10)
+        loop.close()
+    return stop
+
+
+INFORMERS = {"threaded": threaded, "on a loop": on_loop}
+
+
+@pytest.fixture(params=INFORMERS)
+def informer_kind(request):
+    return INFORMERS[request.param]
+
+
+def watch_versions(server) -> list[str]:
+    return [r["resourceVersion"] for r in server.requests if r.get("watch") == "true"]
+
+
+def lists(server) -> int:
+    return sum(1 for r in server.requests if r.get("watch") != "true")
+
+
+def wait(what, until, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+CASES = {
+    # name: (watch scripts, events handed on after the first RESET, lists, version of watch 2)
+    "events are handed on, a bookmark only moves the version, the next watch resumes after it": (
+        [[("line", event("ADDED", "6")), ("line", event("MODIFIED", "7")),
+          ("line", event("BOOKMARK", "8")), ("line", event("DELETED", "9")),
+          ("line", event("BOOKMARK", "11"))]],
+        ["ADDED", "MODIFIED", "DELETED"], 1, "11"),
+    "an ERROR 410 in the stream relists": ([[("line", event("ADDED", "6")), ("line", GONE_EVENT)]],
+                                           ["ADDED", "RESET"], 2, "5"),
+    "an answer 410 relists": ([[("status", 410)]], ["RESET"], 2, "5"),
+    "an answer 500 resumes from the same version": ([[("status", 500)]], [], 1, "5"),
+    "a line that is not an event resumes from where that watch began": (
+        [[("line", event("ADDED", "6")), ("line", b"{not json")]], ["ADDED"], 1, "5"),
+    "a silent watch is abandoned and resumed": ([[("silent",)]], [], 1, "5"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_informer_follows_the_watch(informer_kind, case):
+    scripts, events, lists_made, second = CASES[case]
+    server = script_server(scripts)
+    out: queue.Queue = queue.Queue()
+    api = Api(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.server_port}")))
+    started = time.monotonic()
+    stop = informer_kind(api, out, 1.0)
+    try:
+        assert out.get(timeout=10)[0] == "RESET"
+        assert [out.get(timeout=10)[0] for _ in events] == events
+        wait("the second watch", lambda: len(watch_versions(server)) >= 2)
+        assert watch_versions(server)[:2] == ["5", second]
+        assert lists(server) == lists_made
+        assert out.empty()
+        assert time.monotonic() - started < 8  # the silent one: read timeout 1 s, not 270
+    finally:
+        stop()
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_event_the_receiver_cannot_take_resumes_the_watch(informer_kind):
+    """An error in the receiver ends that watch, not the informer: it resumes, and the event
+    comes again."""
+    server = script_server([[("line", event("ADDED", "6"))], [("line", event("ADDED", "6"))]])
+    out: queue.Queue = queue.Queue()
+    failed = []
+
+    def emit(item):
+        if item[0] == "ADDED" and not failed:
+            failed.append(item)
+            raise KeyError("a bug in the cache")
+        out.put(item)
+
+    api = Api(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.server_port}")))
+    stop = informer_kind(api, out, 5.0, emit)
+    try:
+        assert out.get(timeout=10)[0] == "RESET"
+        assert out.get(timeout=10)[0] == "ADDED"
+        assert failed and watch_versions(server)[:2] == ["5", "5"]
+    finally:
+        stop()
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("line, expected", [
+    (event("ADDED", "6"), ("ADDED", {"metadata": {"name": "n1", "resourceVersion": "6"}})),
+    (GONE_EVENT, ("GONE", {})),
+    (b'{"type": "ERROR", "object": {"code": 500, "message": "etcd"}}', "watch node: etcd"),
+    (b"[1]", "not an event"),
+    (b'{"type": "ADDED", "object": [1]}', "not an event"),
+    (b'{"object": {}}', "not an event"),
+    (b"{half", "Expecting"),
+])
+def test_a_watch_line_is_read_as_an_event_or_refused(line, expected):
+    if isinstance(expected, tuple):
+        assert read_event(line, "node") == expected
+    else:
+        with pytest.raises(Exception, match=expected):
+            read_event(line, "node")
