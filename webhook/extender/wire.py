@@ -46,7 +46,8 @@ def extender_args(body) -> ExtenderArgs:
         nodes = [n for n in node_list["items"] if isinstance(n, dict)]
     if names is None and nodes is not None:
         names = [(n.get("metadata") or {}).get("name", "") for n in nodes]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    # the types as a set: one pass in C over the few hundred names of each call
+    if not isinstance(names, list) or not set(map(type, names)) <= {str}:
         raise WireError("NodeNames is missing or not a list of names")
     return ExtenderArgs(pod, names, nodes)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from decimal import Decimal, InvalidOperation
 
 _SUFFIX = {
@@ -37,6 +38,11 @@ def quantity(raw) -> Decimal | None:
         return Decimal(str(raw))
     if not isinstance(raw, str):
         return None
+    return _quantity_text(raw)
+
+
+@lru_cache(maxsize=4096)  # pods and nodes repeat a few texts ("250m", "1Gi") many times
+def _quantity_text(raw: str) -> Decimal | None:
     m = _QUANTITY.match(raw.strip())
     if not m:
         return None

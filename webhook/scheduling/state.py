@@ -80,11 +80,21 @@ class ClusterState:
         # card that may hold it, and skips the many whose cards are too full late in a fill.
         self.room: dict[str, NodeRoom] = {}
         self._orders: dict[str, dict[tuple[int, int], SortedList]] = {"spread": {}, "binpack": {}}
+        # (policy, MiB's bit_length, cores) of a request -> the lists of buckets that may hold it
+        self._qualifying: dict[tuple[str, int, int], list[SortedList]] = {}
 
     def _keys(self, name: str, room: NodeRoom):
         for bucket in {(mib.bit_length(), cores) for mib, cores in room.free}:
-            yield self._orders["spread"].setdefault(bucket, SortedList()), (room.used, name)
-            yield self._orders["binpack"].setdefault(bucket, SortedList()), (-room.used, name)
+            yield self._order("spread", bucket), (room.used, name)
+            yield self._order("binpack", bucket), (-room.used, name)
+
+    def _order(self, policy: str, bucket: tuple[int, int]) -> SortedList:
+        orders = self._orders[policy]
+        order = orders.get(bucket)
+        if order is None:
+            order = orders[bucket] = SortedList()
+            self._qualifying.clear()  # a new bucket may qualify for any request
+        return order
 
     def _reindex(self, name: str) -> None:
         old = self.room.pop(name, None)
@@ -103,8 +113,13 @@ class ClusterState:
         """In the order of the node policy ("spread" or "binpack"), each node once, the nodes
         with a card of at least `least_cores` free cores and about `least_mib` free MiB (its
         bucket's; the caller checks the exact room)."""
-        lists = [o for (mib_bits, cores), o in self._orders[policy].items()
-                 if o and mib_bits >= least_mib.bit_length() and cores >= least_cores]
+        least = (policy, least_mib.bit_length(), least_cores)
+        buckets = self._qualifying.get(least)
+        if buckets is None:
+            buckets = self._qualifying[least] = [
+                o for (mib_bits, cores), o in self._orders[policy].items()
+                if mib_bits >= least[1] and cores >= least_cores]
+        lists = [o for o in buckets if o]
         last = None
         for _, name in (lists[0] if len(lists) == 1 else heapq.merge(*lists)):
             if name != last:  # a node in several lists comes out of the merge as neighbours
@@ -138,6 +153,7 @@ class ClusterState:
         self.room.clear()
         for buckets in self._orders.values():
             buckets.clear()
+        self._qualifying.clear()
         for n in nodes:
             self.set_node(n)
 
