@@ -78,13 +78,13 @@ def test_in_order_yields_every_node_with_room_once_in_policy_order(policy, least
     rng = random.Random(least_mib * 31 + least_cores)
     state = ClusterState(MT)
 
-    def check():  # asked as the state changes: the buckets it remembers must follow new ones
-        got = list(state.in_order(policy, least_mib, least_cores))
+    def check(asked=policy):  # asked as the state changes: the buckets it remembers must follow
+        got = list(state.in_order(asked, least_mib, least_cores))
         assert len(got) == len(set(got))
         fits = {n for n, room in state.room.items()
                 if any(m >= least_mib and c >= least_cores for m, c in room.free)}
         assert fits <= set(got)  # the buckets may let a few more through, never keep one out
-        sign = -1 if policy == "binpack" else 1
+        sign = -1 if asked == "binpack" else 1
         assert got == sorted(got, key=lambda n: (sign * state.room[n].used, n))
 
     for i in range(10):
@@ -99,8 +99,15 @@ def test_in_order_yields_every_node_with_room_once_in_policy_order(policy, least
             state.add(share_of(bound(f"{cid},Mthreads,{mib},{cores}:;", node=node, uid=f"u{i}")))
         if i % 10 == 9:
             check()
+    other = "spread" if policy == "binpack" else "binpack"
+    check(other)  # a policy first asked late: its lists are made from every node's room
+    state.remove("u0")
+    state.remove("u1")
+    check()
+    check(other)
     state.replace_nodes([mt_node(f"m{i}", 2, 96) for i in range(3)])  # a relist
     check()
+    check(other)
 
 
 def test_usage_of_cards_of_unseen_nodes_waits_for_the_node():

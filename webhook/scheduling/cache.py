@@ -128,10 +128,13 @@ class PodCache:
             return
         if is_bound(pod):
             self.pending.pop(uid, None)
-            self.assumed.pop(uid, None)
+            ours = self.assumed.pop(uid, None)
             self.uncertain.pop(uid, None)
             self.on_settled(uid)
-            share = share_of(pod, self.state.names)
+            # The pod we chose for: its requests as read then (a pod's resources do not change
+            # before it runs), the cards as the annotation says now.
+            share = share_of(pod, self.state.names,
+                             (ours.resources, ours.devices) if ours is not None else None)
             if share.problem and uid not in self.warned:
                 self.warned.add(uid)
                 log.warning("pod %s: %s; counting %s as fully used", name_of(pod), share.problem,

@@ -49,13 +49,14 @@ def _meta(pod: dict) -> dict:
 _DEFAULT_NAMES = resource_names(MthreadsConfig())
 
 
-def share_of(pod: dict, names: tuple[str, str, str] = _DEFAULT_NAMES) -> PodShare:
+def share_of(pod: dict, names: tuple[str, str, str] = _DEFAULT_NAMES,
+             requests: tuple[Resources, Devices] | None = None) -> PodShare:
     """The share of a pod bound to a node (no allocation annotation: cpu/memory and the
-    resource requests only). `names`: the three Mthreads resource names."""
+    resource requests only). `names`: the three Mthreads resource names. `requests`: the
+    pod's (cpu/memory, Mthreads resources) when already read from this pod's spec."""
     meta = _meta(pod)
     uid, node = meta.get("uid", ""), (pod.get("spec") or {}).get("nodeName", "")
-    resources = pod_requests(pod)
-    requested = device_requests(pod, names)
+    resources, requested = requests or (pod_requests(pod), device_requests(pod, names))
     ann = meta.get("annotations") or {}
     text = ann.get(keys.ALLOCATED)
     if text is None:

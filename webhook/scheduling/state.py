@@ -78,15 +78,18 @@ class ClusterState:
         # One list per kind of free card: (free MiB's bit_length, free cores), a node in each
         # list one of its shareable cards falls in; so a request looks only at nodes with a
         # card that may hold it, and skips the many whose cards are too full late in a fill.
+        # A policy's lists are made when a decision first asks for it and kept from then on:
+        # most clusters use one policy, and each assumed share moves its node in every list.
         self.room: dict[str, NodeRoom] = {}
-        self._orders: dict[str, dict[tuple[int, int], SortedList]] = {"spread": {}, "binpack": {}}
+        self._orders: dict[str, dict[tuple[int, int], SortedList]] = {}
         # (policy, MiB's bit_length, cores) of a request -> the lists of buckets that may hold it
         self._qualifying: dict[tuple[str, int, int], list[SortedList]] = {}
 
-    def _keys(self, name: str, room: NodeRoom):
+    def _keys(self, name: str, room: NodeRoom, policies=None):
         for bucket in {(mib.bit_length(), cores) for mib, cores in room.free}:
-            yield self._order("spread", bucket), (room.used, name)
-            yield self._order("binpack", bucket), (-room.used, name)
+            for policy in policies or self._orders:
+                used = -room.used if policy == "binpack" else room.used
+                yield self._order(policy, bucket), (used, name)
 
     def _order(self, policy: str, bucket: tuple[int, int]) -> SortedList:
         orders = self._orders[policy]
@@ -113,6 +116,11 @@ class ClusterState:
         """In the order of the node policy ("spread" or "binpack"), each node once, the nodes
         with a card of at least `least_cores` free cores and about `least_mib` free MiB (its
         bucket's; the caller checks the exact room)."""
+        if policy not in self._orders:  # first asked: its lists, from every node's room
+            self._orders[policy] = {}
+            for name, room in self.room.items():
+                for order, key in self._keys(name, room, (policy,)):
+                    order.add(key)
         least = (policy, least_mib.bit_length(), least_cores)
         buckets = self._qualifying.get(least)
         if buckets is None:
