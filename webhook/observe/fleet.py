@@ -115,7 +115,8 @@ def card_views(nodes: Iterable[tuple[str, NodeCards]], pods: Iterable[BoundPod])
 
 
 class BoundPods:
-    """The bound pods holding cards, by uid: fed by a watch's thread, read by a scrape's.
+    """The bound pods holding cards, by uid: fed where the watch events are applied, read on a
+    scrape's thread.
 
     A pod that ends or is deleted is dropped here, so no series of it outlives it."""
 
