@@ -21,6 +21,8 @@ from webhook.kube.async_api import AsyncApi
 from webhook.kube.async_informer import AsyncInformer
 from webhook.kube.informer import Informer, read_event
 
+from tests.harness.wait import wait_for
+
 
 def event(kind: str, rv: str, name: str = "n1") -> bytes:
     return json.dumps({"type": kind, "object": {"metadata": {"name": name, "resourceVersion": rv}}}).encode()
@@ -128,13 +130,6 @@ def lists(server) -> int:
     return sum(1 for r in server.requests if r.get("watch") != "true")
 
 
-def wait(what, until, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while not until():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 CASES = {
     # name: (watch scripts, events handed on after the first RESET, lists, version of watch 2)
     "events are handed on, a bookmark only moves the version, the next watch resumes after it": (
@@ -163,7 +158,7 @@ def test_an_informer_follows_the_watch(informer_kind, case):
     try:
         assert out.get(timeout=10)[0] == "RESET"
         assert [out.get(timeout=10)[0] for _ in events] == events
-        wait("the second watch", lambda: len(watch_versions(server)) >= 2)
+        wait_for(lambda: len(watch_versions(server)) >= 2, 10, 0.02, "the second watch")
         assert watch_versions(server)[:2] == ["5", second]
         assert lists(server) == lists_made
         assert out.empty()

@@ -102,7 +102,10 @@ class Cache:
 
     def watches(self, api: AsyncApi) -> list[Coroutine]:
         """The node and pod watches, to run on the caller's event loop (the extender's: each
-        event applied there between two answers, kube/async_informer.py)."""
+        event applied there between two answers, kube/async_informer.py); none when `start`
+        runs them on threads."""
+        if self._informers:
+            return []
         return [AsyncInformer(api, "node", "/api/v1/nodes", None,
                               lambda event, obj: self.apply("node", event, obj)).run(),
                 AsyncInformer(api, "pod", "/api/v1/pods", BOUND_LIVE_PODS,

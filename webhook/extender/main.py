@@ -53,8 +53,7 @@ async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket) -> 
     """Answer on `sock` until SIGTERM or SIGINT, then stop gracefully."""
     server = HttpServer(application.respond)
     await server.start(sock)
-    api = application.ext.api
-    watches = [] if api.proxied else [asyncio.ensure_future(w) for w in cache.watches(api)]
+    watches = [asyncio.ensure_future(w) for w in cache.watches(application.ext.api)]
     freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -219,9 +219,7 @@ class AsyncApi:
                 if not stream.done.done() and loop.time() - stream.last_read >= read_timeout:
                     raise TimeoutError(f"nothing read for {read_timeout:g}s")
             status, body = stream.done.result()
-        except (OSError, EOFError, TimeoutError, ssl.SSLError, ValueError, ApiError) as e:
-            if isinstance(e, ApiError):
-                raise
+        except (OSError, EOFError, TimeoutError, ssl.SSLError, ValueError) as e:
             raise ApiError(f"watch {path}: {type(e).__name__}: {e}") from None
         finally:
             if stream is not None:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .api import ApiError
 from .async_api import AsyncApi
-from .informer import GONE, Informer, query, read_event
+from .informer import GONE, Informer, listed, query, read_event
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,10 @@ class AsyncInformer:
                 delay = min(delay * 2, 8)
 
     async def _list(self) -> str:
-        reply = await self.api.call("GET", self.path, query(self.field_selector), timeout=30)
-        if not reply.ok or reply.body is None:
-            raise ApiError(f"list {self.kind}: {reply.message()}")
-        self.emit("RESET", reply.body.get("items") or [])
-        return reply.body["metadata"]["resourceVersion"]
+        items, rv = listed(await self.api.call("GET", self.path, query(self.field_selector),
+                                               timeout=30), self.kind)
+        self.emit("RESET", items)
+        return rv
 
     async def _watch(self, rv: str) -> str | None:
         """The resourceVersion to resume from, or None to relist."""

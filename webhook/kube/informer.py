@@ -50,6 +50,13 @@ def read_event(line: bytes | str, what: str) -> tuple[str, dict]:
     return kind, obj
 
 
+def listed(reply: Reply, what: str) -> tuple[list, str]:
+    """A list's answer as (items, the resourceVersion to watch from); ApiError if refused."""
+    if not reply.ok or reply.body is None:
+        raise ApiError(f"list {what}: {reply.message()}")
+    return reply.body.get("items") or [], reply.body["metadata"]["resourceVersion"]
+
+
 class Informer:
     read_timeout = WATCH_SECONDS + 30  # longer than any quiet watch the server keeps open
 
@@ -80,11 +87,10 @@ class Informer:
         self.emit((self.session, self.kind, event, obj))
 
     def _list(self) -> str:
-        reply = self.api.call("GET", self.path, query(self.field_selector), timeout=30)
-        if not reply.ok or reply.body is None:
-            raise ApiError(f"list {self.kind}: {reply.message()}")
-        self._emit("RESET", reply.body.get("items") or [])
-        return reply.body["metadata"]["resourceVersion"]
+        items, rv = listed(self.api.call("GET", self.path, query(self.field_selector), timeout=30),
+                           self.kind)
+        self._emit("RESET", items)
+        return rv
 
     def _run(self) -> None:
         rv = None

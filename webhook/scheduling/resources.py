@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _SUFFIX = {
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
