@@ -7,12 +7,14 @@ calls, each a loopback TCP send with its wake-up of kube-scheduler; the ASGI mes
 them cost another share. kube-scheduler waits for each /filter answer before it takes the
 next pod, so that CPU was the pace of the path (docs/benchmarks.md, "Extender path").
 
-What it does: keeps connections alive (kube-scheduler reuses them), answers the requests of
-one connection in order, one at a time (reading pauses meanwhile), closes a connection that
-sends no whole request within `keepalive` seconds of its last answer, answers 400 to what is
-not HTTP and 503 above `max_connections`, reads at most `max_body` bytes of a body (the rest
-is read and dropped; the handler is told with `body=None`), and on `close()` stops listening,
-lets the answers under way finish for up to `grace` seconds and closes the rest.
+What it does: keeps connections alive (kube-scheduler 1.20 keeps two of them idle and closes
+any more it opened while binds overlap a filter: docs/benchmarks.md, "Extender path"),
+answers the requests of one connection in order, one at a time (reading pauses meanwhile),
+closes a connection that sends no whole request within `keepalive` seconds of its last
+answer, answers 400 to what is not HTTP and 503 above `max_connections`, reads at most
+`max_body` bytes of a body (the rest is read and dropped; the handler is told with
+`body=None`), and on `close()` stops listening, lets the answers under way finish for up to
+`grace` seconds and closes the rest.
 
 The handler: `respond(method, path, body) -> (status, headers, body)` or an awaitable of it;
 an answer that needs no waiting is written at once, without a task.
