@@ -10,11 +10,11 @@ import json
 import queue
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from kubernetes import client
 
 from webhook.kube.api import Api
 from webhook.kube.async_api import AsyncApi
@@ -22,6 +22,7 @@ from webhook.kube.async_informer import AsyncInformer
 from webhook.kube.informer import Informer, read_event
 
 from tests.harness.wait import wait_for
+from tests.kube.recorder import api_for
 
 
 def event(kind: str, rv: str, name: str = "n1") -> bytes:
@@ -31,6 +32,7 @@ def event(kind: str, rv: str, name: str = "n1") -> bytes:
 GONE_EVENT = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410}}).encode()
 
 
+@contextmanager
 def script_server(watches: list[list]):
     """A server whose list answers resourceVersion 5 and whose n-th watch plays `watches[n]`:
     ("line", bytes) a line of the stream, ("status", code) an answer other than 200, ("silent",)
@@ -79,9 +81,14 @@ def script_server(watches: list[list]):
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    server.requests, server.release = requests, release
+    server.requests = requests
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    try:
+        yield server
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
 
 
 def threaded(api: Api, out: queue.Queue, read_timeout: float, emit=None):
@@ -150,30 +157,25 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_an_informer_follows_the_watch(informer_kind, case):
     scripts, events, lists_made, second = CASES[case]
-    server = script_server(scripts)
     out: queue.Queue = queue.Queue()
-    api = Api(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.server_port}")))
-    started = time.monotonic()
-    stop = informer_kind(api, out, 1.0)
-    try:
-        assert out.get(timeout=10)[0] == "RESET"
-        assert [out.get(timeout=10)[0] for _ in events] == events
-        wait_for(lambda: len(watch_versions(server)) >= 2, 10, 0.02, "the second watch")
-        assert watch_versions(server)[:2] == ["5", second]
-        assert lists(server) == lists_made
-        assert out.empty()
-        assert time.monotonic() - started < 8  # the silent one: read timeout 1 s, not 270
-    finally:
-        stop()
-        server.release.set()
-        server.shutdown()
-        server.server_close()
+    with script_server(scripts) as server:
+        started = time.monotonic()
+        stop = informer_kind(api_for(server.server_port), out, 1.0)
+        try:
+            assert out.get(timeout=10)[0] == "RESET"
+            assert [out.get(timeout=10)[0] for _ in events] == events
+            wait_for(lambda: len(watch_versions(server)) >= 2, 10, 0.02, "the second watch")
+            assert watch_versions(server)[:2] == ["5", second]
+            assert lists(server) == lists_made
+            assert out.empty()
+            assert time.monotonic() - started < 8  # the silent one: read timeout 1 s, not 270
+        finally:
+            stop()
 
 
 def test_an_event_the_receiver_cannot_take_resumes_the_watch(informer_kind):
     """An error in the receiver ends that watch, not the informer: it resumes, and the event
     comes again."""
-    server = script_server([[("line", event("ADDED", "6"))], [("line", event("ADDED", "6"))]])
     out: queue.Queue = queue.Queue()
     failed = []
 
@@ -183,17 +185,14 @@ def test_an_event_the_receiver_cannot_take_resumes_the_watch(informer_kind):
             raise KeyError("a bug in the cache")
         out.put(item)
 
-    api = Api(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{server.server_port}")))
-    stop = informer_kind(api, out, 5.0, emit)
-    try:
-        assert out.get(timeout=10)[0] == "RESET"
-        assert out.get(timeout=10)[0] == "ADDED"
-        assert failed and watch_versions(server)[:2] == ["5", "5"]
-    finally:
-        stop()
-        server.release.set()
-        server.shutdown()
-        server.server_close()
+    with script_server([[("line", event("ADDED", "6"))], [("line", event("ADDED", "6"))]]) as server:
+        stop = informer_kind(api_for(server.server_port), out, 5.0, emit)
+        try:
+            assert out.get(timeout=10)[0] == "RESET"
+            assert out.get(timeout=10)[0] == "ADDED"
+            assert failed and watch_versions(server)[:2] == ["5", "5"]
+        finally:
+            stop()
 
 
 @pytest.mark.parametrize("line, expected", [

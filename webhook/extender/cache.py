@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Coroutine
 
 from ..config import Config
@@ -36,7 +37,7 @@ from ..kube.api import Api
 from ..kube.async_api import AsyncApi
 from ..kube.async_informer import AsyncInformer
 from ..kube.binder import read_pod
-from ..kube.informer import Informer, watch_cluster
+from ..kube.informer import Informer, cluster_watches, watch_cluster
 from ..scheduling.cache import BOUND_LIVE_PODS, PodCache, uid_of
 from ..scheduling.decide import Placement
 from ..scheduling.priority import pod_priority
@@ -106,10 +107,8 @@ class Cache:
         runs them on threads."""
         if self._informers:
             return []
-        return [AsyncInformer(api, "node", "/api/v1/nodes", None,
-                              lambda event, obj: self.apply("node", event, obj)).run(),
-                AsyncInformer(api, "pod", "/api/v1/pods", BOUND_LIVE_PODS,
-                              lambda event, obj: self.apply("pod", event, obj)).run()]
+        return [AsyncInformer(api, kind, path, selector, partial(self.apply, kind)).run()
+                for kind, path, selector in cluster_watches(BOUND_LIVE_PODS)]
 
     def stop(self) -> None:
         self.stopped.set()

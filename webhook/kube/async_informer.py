@@ -54,14 +54,15 @@ class AsyncInformer:
 
     async def _watch(self, rv: str) -> str | None:
         """The resourceVersion to resume from, or None to relist."""
-        seen = {"rv": rv, "gone": False}
+        gone = False
 
         def on_line(line: bytes) -> bool:
+            nonlocal rv, gone
             kind, obj = read_event(line, self.kind)
             if kind == GONE:
-                seen["gone"] = True
+                gone = True
                 return False
-            seen["rv"] = (obj.get("metadata") or {}).get("resourceVersion", seen["rv"])
+            rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
             if kind != "BOOKMARK":
                 self.emit(kind, obj)
             return True
@@ -73,8 +74,8 @@ class AsyncInformer:
             raise
         except Exception as e:  # an event the cache could not take: resume after the last one
             raise ApiError(f"watch {self.kind} broke: {type(e).__name__}") from None
-        if seen["gone"] or reply.status == 410:
+        if gone or reply.status == 410:
             return None
         if reply.status != 200:
             raise ApiError(f"watch {self.kind}: {reply.message()}")
-        return seen["rv"]
+        return rv

@@ -145,9 +145,15 @@ class Informer:
                 pass
 
 
+def cluster_watches(pods: str = LIVE_PODS) -> list[tuple[str, str, str | None]]:
+    """(kind, path, fieldSelector) of the two watches a pod cache is fed from: every node, and
+    the pods `pods` selects (the pods still running, or the extender's: those of them on a
+    node)."""
+    return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", pods)]
+
+
 def watch_cluster(api: Api, emit: Callable[[tuple], None], session: int,
                   pods: str = LIVE_PODS) -> list[Informer]:
-    """The two watches a pod cache is fed from: every node, and the pods `pods` selects (the
-    pods still running, or the extender's: those of them on a node)."""
-    return [Informer(api, "node", "/api/v1/nodes", None, emit, session).start(),
-            Informer(api, "pod", "/api/v1/pods", pods, emit, session).start()]
+    """The watches of `cluster_watches(pods)`, each on a thread of its own."""
+    return [Informer(api, kind, path, selector, emit, session).start()
+            for kind, path, selector in cluster_watches(pods)]
