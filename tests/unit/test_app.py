@@ -53,6 +53,20 @@ def test_denial_carries_the_message(client, path):
     assert 'container "train": mthreads.com/sgpu-memory=3 is not valid' in body["status"]["message"]
 
 
+@pytest.mark.parametrize("path", ["/mutate", "/validate"])
+def test_a_proc_host_path_is_denied_through_the_app(client, path):
+    """Rule 8 end to end (issue 32): /proc/1/root/dev is the host's /dev."""
+    p = pod(c("train", 1, 32, 8))
+    p["spec"]["containers"][0]["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
+    p["spec"]["volumes"] = [{"name": "host", "hostPath": {"path": "/proc/1/root/dev"}}]
+    body = post(client, path, review(p)).get_json()["response"]
+    assert body["allowed"] is False and body["status"]["code"] == 403
+    assert body["status"]["message"] == (
+        "container \"train\": mounting hostPath '/proc/1/root/dev' (volume 'host') is not allowed "
+        "in an Mthreads pod (it would reach every card of the node: /proc/<pid>/root is the "
+        "host's /)")
+
+
 def test_plain_pod_passes_unchanged(client):
     body = post(client, "/mutate", review(pod(c("web")))).get_json()["response"]
     assert body == {"uid": body["uid"], "allowed": True}

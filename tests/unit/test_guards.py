@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.builders import ALLOCATED, container as c, ephemeral_update, pod, review
-from webhook.admission import review as rv
+from webhook.admission import privilege, review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules, check_create, check_update
 from webhook.config import Config
@@ -107,6 +107,55 @@ def test_a_device_volume_is_refused_even_unmounted():
     assert e.rule == 8 and "volume 'dev'" in e.message and "hostPath '/dev'" in e.message
 
 
+# hostPath volumes, read as the kubelet reads the path (Go's filepath.Clean): refused at or
+# below /dev and /proc, and /; (path, refused). Issue 32: /proc/<pid>/root is the host's /.
+HOST_PATHS = [
+    ("/proc/1/root/dev", True), ("/proc/1/root", True), ("/proc/self/root/dev", True),
+    ("/proc", True), ("/proc/", True), ("//proc", True), ("/./proc/1", True),
+    ("/dev/../proc", True), ("/proc/1/root/", True), ("proc/1/root", True),
+    ("/var/../dev/mthreads0", True), ("/dev/", True), ("/dev//mtgpu0/", True), ("//", True),
+    ("/.", True), ("/", True), ("/dev", True), ("dev", True), (".", True),
+    ("/data", False), ("/procfoo", False), ("/devices", False), ("/var/lib/x", False),
+    ("/opt/proc", False), ("/opt/dev/", False), ("/proc-data/1", False), ("/var/lib/../log", False),
+]
+
+
+@pytest.mark.parametrize("path, refused", HOST_PATHS, ids=[p for p, _ in HOST_PATHS])
+def test_a_host_path_volume_reaching_every_card_is_refused(path, refused):
+    """Mounted by a container, which the denial names, and declared alone, naming the volume;
+    both with the path as given."""
+    mounted = with_spec(pod(SLICE, secured("side", mounts=["h"])), volumes=[host("h", path)])
+    unmounted = with_spec(pod(SLICE), volumes=[host("h", path)])
+    for p, words in ((mounted, 'container "side"'), (unmounted, "volume 'h'")):
+        if refused:
+            e = denied(p)
+            assert e.rule == 8, e.message
+            assert words in e.message and f"hostPath {path!r}" in e.message, e.message
+        else:
+            assert check_create(p, RULES, "alice") is not None
+
+
+@pytest.mark.parametrize("path, why", [
+    ("/proc/1/root", "/proc/<pid>/root is the host's /"),
+    ("/dev/mtgpu0", "the host's /dev holds every card's device file"),
+    ("//", "the host's / holds /dev"),
+])
+def test_the_denial_says_why_the_path_reaches_every_card(path, why):
+    for p in (with_spec(pod(SLICE, secured("side", mounts=["h"])), volumes=[host("h", path)]),
+              with_spec(pod(SLICE), volumes=[host("h", path)])):
+        assert f"reach every card of the node: {why})" in denied(p).message
+
+
+@pytest.mark.parametrize("path, read", [
+    ("/proc/", "/proc"), ("//proc", "/proc"), ("///proc//1/", "/proc/1"),
+    ("/./proc/./1", "/proc/1"),
+    ("/dev/../proc", "/proc"), ("/../..", "/"), ("//", "/"), ("/.", "/"), ("", "/"),
+    ("proc/1/root", "/proc/1/root"), ("./dev", "/dev"), ("/var/lib/x", "/var/lib/x"),
+])
+def test_host_path_reads_the_path_as_go_filepath_clean_from_the_root(path, read):
+    assert privilege.host_path(path) == read
+
+
 @pytest.mark.parametrize("p", [
     pod(c("web"), c("side", privileged=True)),
     with_spec(pod(secured("web", {"capabilities": {"add": ["ALL"]}}, mounts=["d"])),
@@ -138,6 +187,17 @@ def test_ephemeral_containers_of_an_mthreads_pod_are_held_to_rule_8(debug, targe
     assert out.result == result, out.response
     if result == "denied":
         assert out.rule == 8 and '"debug"' in out.response["response"]["status"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/proc/1/root/dev", "/proc/self/root", "//dev/"])
+def test_an_ephemeral_container_mounting_a_card_volume_is_refused(path):
+    """1.22+: the review's Pod has its volumes (a pod admitted before this rule could hold
+    one); before 1.22 the webhook cannot see them, which is why CREATE refuses the volume."""
+    target = with_spec(RUNNING, volumes=[host("h", path)])
+    out = outcome(ephemeral_update(target, secured("debug", mounts=["h"])))
+    assert out.result == "denied" and out.rule == 8, out.response
+    message = out.response["response"]["status"]["message"]
+    assert '"debug"' in message and f"hostPath {path!r}" in message, message
 
 
 # -- mirror pods: identity x annotation x operation x subresource --------------------------------
