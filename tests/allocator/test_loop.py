@@ -191,3 +191,155 @@ def test_pending_pods_are_decided_by_priority_then_age(alloc):
     settle(alloc)
     (_, path, _), = alloc.api.bindings()
     assert path.endswith("/pods/urgent/binding")
+
+
+# --- the backoff of pods that did not fit (issue 32) -------------------------------------------
+
+@pytest.mark.parametrize("failures, initial, maximum, seconds", [
+    (0, 1.0, 10.0, 0.0),  # never failed: no wait
+    (1, 1.0, 10.0, 1.0),  # kube-scheduler's podInitialBackoffSeconds
+    (2, 1.0, 10.0, 2.0),
+    (3, 1.0, 10.0, 4.0),
+    (4, 1.0, 10.0, 8.0),
+    (5, 1.0, 10.0, 10.0),  # podMaxBackoffSeconds
+    (6, 1.0, 10.0, 10.0),
+    (10_000, 1.0, 10.0, 10.0),  # no overflow however long it waits
+    (3, 0.5, 10.0, 2.0),
+    (3, 0.0, 0.0, 0.0),  # no backoff: retried on every change, as before issue 32
+    (3, 1.0, 0.0, 0.0),
+])
+def test_backoff_doubles_from_the_initial_to_the_maximum(failures, initial, maximum, seconds):
+    assert loop.backoff_seconds(failures, initial, maximum) == seconds
+
+
+@pytest.mark.parametrize("last, generation, now, due", [
+    # after the first failure (1 s): nothing before it ends, even if the state changed
+    (loop.LastTry(5, 100.0, 1, 1.0), 6, 100.5, False),
+    (loop.LastTry(5, 100.0, 1, 1.0), 5, 100.5, False),
+    (loop.LastTry(5, 100.0, 1, 1.0), 6, 101.0, True),  # over, and the state changed
+    (loop.LastTry(5, 100.0, 1, 1.0), 5, 101.0, False),  # over, nothing changed: wait for a change
+    (loop.LastTry(5, 100.0, 1, 1.0), 5, 129.9, False),
+    (loop.LastTry(5, 100.0, 1, 1.0), 5, 130.0, True),  # ... or for the backstop
+    (loop.LastTry(5, 100.0, 5, 10.0), 9, 109.9, False),  # at the maximum
+    (loop.LastTry(5, 100.0, 5, 10.0), 9, 110.0, True),
+    # no backoff: the rule before issue 32, any change retries at once
+    (loop.LastTry(5, 100.0, 3, 0.0), 6, 100.0, True),
+    (loop.LastTry(5, 100.0, 3, 0.0), 5, 129.9, False),
+    # a failed write: a flat pause, changes or not
+    (loop.LastTry(None, 100.0), 6, 101.9, False),
+    (loop.LastTry(None, 100.0), 6, 102.0, True),
+])
+def test_a_pod_is_due_after_its_backoff_on_a_change_or_at_the_backstop(last, generation, now, due):
+    assert last.due(generation, now) is due
+
+
+def test_each_failed_try_doubles_the_backoff():
+    last = None
+    seen = []
+    for i in range(6):
+        last = loop.failed_try(last, generation=i, now=10.0 * i, initial=1.0, maximum=10.0)
+        seen.append((last.failures, last.backoff, last.generation, last.at))
+    assert seen == [(1, 1.0, 0, 0.0), (2, 2.0, 1, 10.0), (3, 4.0, 2, 20.0), (4, 8.0, 3, 30.0),
+                    (5, 10.0, 4, 40.0), (6, 10.0, 5, 50.0)]
+    after_write = loop.failed_try(loop.LastTry(None, 3.0), 7, 4.0, 1.0, 10.0)
+    assert (after_write.failures, after_write.backoff) == (1, 1.0)
+
+
+@pytest.mark.parametrize("change, concerns", [
+    (lambda p: p["status"].update(conditions=[{"type": "PodScheduled", "status": "False"}]), False),
+    (lambda p: p["metadata"].update(resourceVersion="99", managedFields=[{"manager": "x"}]), False),
+    (lambda p: p["metadata"]["annotations"].update({"hami.io/node-scheduler-policy": "spread"}),
+     True),
+    (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), True),
+])
+def test_only_a_change_of_spec_or_annotations_concerns_the_pod(change, concerns):
+    old = sched_pod(whole(1))
+    old.setdefault("status", {})
+    new = copy.deepcopy(old)
+    change(new)
+    assert loop.concerns(old, new) is concerns
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _change_the_state(a: Allocator, i: int) -> None:
+    """A change a decision reads (a node added that fits nothing the test's pod asks)."""
+    before = a.state.generation
+    a._apply(1, "node", "ADDED", mt_node(f"extra{i}", 1, 96))
+    assert a.state.generation != before
+
+
+def test_a_pod_that_did_not_fit_is_retried_after_its_backoff_not_on_every_change(alloc):
+    """Changes every 0.25 s for 40 s: the pod is decided when its backoff (1, 2, 4, 8, 10, 10 s)
+    is over, 7 times, not 160 times."""
+    alloc.clock = clock = Clock()
+    p = add(alloc, sched_pod(whole(2)))  # one card a node: never fits
+    uid = p["metadata"]["uid"]
+    tried_at = []
+    for step in range(160):
+        _change_the_state(alloc, step)
+        before = alloc.tries.get(uid)
+        alloc.schedule_pass()
+        if alloc.tries[uid] is not before:
+            tried_at.append(clock.now - 1000.0)
+        clock.now += 0.25
+    assert tried_at == [0.0, 1.0, 3.0, 7.0, 15.0, 25.0, 35.0]
+    assert alloc.tries[uid].failures == 7
+
+
+def test_without_a_change_the_pod_waits_for_the_backstop(alloc):
+    alloc.clock = clock = Clock()
+    p = add(alloc, sched_pod(whole(2)))
+    uid = p["metadata"]["uid"]
+    alloc.schedule_pass()
+    clock.now += loop.RETRY_BACKSTOP - 0.1
+    alloc.schedule_pass()
+    assert alloc.tries[uid].failures == 1  # its backoff (1 s) is over, but nothing changed
+    clock.now += 0.1
+    alloc.schedule_pass()
+    assert alloc.tries[uid].failures == 2
+
+
+def test_no_backoff_retries_on_every_change_as_before(alloc):
+    alloc.clock = clock = Clock()
+    alloc.backoff = (0.0, 0.0)
+    p = add(alloc, sched_pod(whole(2)))
+    for step in range(10):
+        _change_the_state(alloc, step)
+        alloc.schedule_pass()
+        clock.now += 0.25
+    assert alloc.tries[p["metadata"]["uid"]].failures == 10
+
+
+@pytest.mark.parametrize("update, resets", [
+    (lambda p: p["metadata"]["annotations"].update({"hami.io/gpu-scheduler-policy": "binpack"}),
+     True),
+    (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), True),
+    (lambda p: p.setdefault("status", {}).update(conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]), False),
+])
+def test_an_update_of_the_pod_itself_ends_its_backoff(alloc, update, resets):
+    """Its spec or annotations: decided again at once, the backoff from 1 s again; its status
+    (the allocator's own report): still backing off."""
+    alloc.clock = clock = Clock()
+    p = add(alloc, sched_pod(whole(2)))
+    uid = p["metadata"]["uid"]
+    for step in range(4):  # 4 failures: backing off 8 s
+        _change_the_state(alloc, step)
+        alloc.schedule_pass()
+        clock.now += alloc.tries[uid].backoff
+    clock.now -= 1.0  # 7 s into the 8 s
+    assert alloc.tries[uid].failures == 4
+    updated = copy.deepcopy(p)
+    update(updated)
+    updated["metadata"]["resourceVersion"] = "2"
+    alloc._apply(1, "pod", "MODIFIED", updated)
+    alloc.schedule_pass()
+    assert alloc.tries[uid].failures == (1 if resets else 4)
+    assert alloc.tries[uid].backoff == (1.0 if resets else 8.0)

@@ -38,6 +38,12 @@ log = logging.getLogger(__name__)
 RETRY_BACKSTOP = 30.0  # retry an unschedulable pod at least this often even if nothing changed
 ERROR_RETRY = 2.0  # after a failed write
 REREAD_EVERY = 1.0  # seconds between re-reads of one pod whose binding outcome is unknown
+# A pod that did not fit waits this long before it is decided again, whatever changes, doubling
+# with each try that places nothing: kube-scheduler's podInitialBackoffSeconds and
+# podMaxBackoffSeconds. So a pod that is costly to decide (a huge node affinity) and never fits
+# takes the decision thread for one decision every 10 s at most, not one per cluster change.
+POD_INITIAL_BACKOFF = 1.0
+POD_MAX_BACKOFF = 10.0
 
 
 def queue_order(pod: dict) -> tuple:
@@ -46,21 +52,52 @@ def queue_order(pod: dict) -> tuple:
     return (-pod_priority(pod), pod["metadata"].get("creationTimestamp") or "", name_of(pod))
 
 
+def backoff_seconds(failures: int, initial: float, maximum: float) -> float:
+    """How long a pod waits after `failures` tries in a row that placed nothing: `initial`
+    after the first, doubling, at most `maximum` (kube-scheduler's arithmetic)."""
+    if failures < 1 or initial <= 0:
+        return 0.0
+    return max(0.0, min(initial * 2.0 ** min(failures - 1, 60), maximum))
+
+
 @dataclass(frozen=True)
 class LastTry:
     generation: int | None  # the state's generation it did not fit at; None: a write failed
     at: float  # monotonic
+    failures: int = 0  # tries in a row that placed nothing (0 after a failed write)
+    backoff: float = 0.0  # seconds from `at` before it is tried again, whatever changes
 
     def due(self, generation: int, now: float) -> bool:
         if self.generation is None:  # back off a little
             return now - self.at >= ERROR_RETRY
+        if now - self.at < self.backoff:
+            return False
         return self.generation != generation or now - self.at >= RETRY_BACKSTOP
+
+
+def failed_try(last: LastTry | None, generation: int, now: float, initial: float,
+               maximum: float) -> LastTry:
+    """The record after one more try that placed nothing (`last`: the one before, if any)."""
+    failures = (last.failures if last is not None else 0) + 1
+    return LastTry(generation, now, failures, backoff_seconds(failures, initial, maximum))
+
+
+def concerns(old: dict, new: dict) -> bool:
+    """An update of a pending pod that may change its decision: its spec or annotations (not
+    its status, which the allocator's own reports write, nor its resourceVersion)."""
+    def annotations(p: dict):
+        return (p.get("metadata") or {}).get("annotations")
+    return old.get("spec") != new.get("spec") or annotations(old) != annotations(new)
 
 
 class Allocator:
     def __init__(self, config: Config, api: Api, leader: LeaderElector, metrics: Metrics,
-                 identity: str, bind_threads: int):
+                 identity: str, bind_threads: int, backoff: tuple[float, float] | None = None):
+        """`backoff`: (initial, maximum) seconds of a pod that did not fit (None: the module's
+        POD_INITIAL_BACKOFF and POD_MAX_BACKOFF; (0, 0): retried on every change, as before)."""
         self.config, self.api, self.leader, self.metrics = config, api, leader, metrics
+        self.backoff = backoff if backoff is not None else (POD_INITIAL_BACKOFF, POD_MAX_BACKOFF)
+        self.clock = time.monotonic  # of the retry times (a test's own clock)
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
         self.reporter = Reporter(api, config.scheduler_name, identity)
         self.events: queue.Queue = queue.Queue()
@@ -76,11 +113,13 @@ class Allocator:
                               on_settled=self._settled, on_changed=self._changed,
                               bound=self.metrics.bound)
         self.tries: dict[str, LastTry] = {}  # pending pods that did not fit, or whose write failed
+        # (their backoff: a change of the state retries one only once its backoff is over)
         self.reading: set[str] = set()  # uncertain pods whose re-read is under way
         self.last_read: dict[str, float] = {}  # uid -> monotonic of its last re-read
 
     def _changed(self, uid: str) -> None:
-        self.tries.pop(uid, None)  # the user changed what the pod asks for: try again now
+        # the user changed what the pod asks for: try again now, its backoff starts over
+        self.tries.pop(uid, None)
 
     def _settled(self, uid: str) -> None:
         self.tries.pop(uid, None)
@@ -120,6 +159,10 @@ class Allocator:
         elif kind == READ_OUTCOME:
             self._read_outcome(obj)
         else:
+            if kind == "pod" and event not in ("RESET", "DELETED"):
+                old = self.cache.pending.get(uid_of(obj))
+                if old is not None and concerns(old, obj):
+                    self._changed(uid_of(obj))
             self.cache.apply(kind, event, obj)
 
     def _drain(self, wait: float) -> None:
@@ -144,7 +187,7 @@ class Allocator:
         """Try every pending pod that is due; returns the number of bindings sent."""
         self._reread_uncertain()
         bound = 0
-        now = time.monotonic()
+        now = self.clock()
         pending = self.cache.pending
         for pod in sorted(pending.values(), key=queue_order):
             uid = uid_of(pod)
@@ -166,7 +209,7 @@ class Allocator:
         ask = request_of(pod, self.config, self.fleet)
         if ask.invalid:
             self.metrics.failures.labels(reasons.INVALID_REQUEST).inc()
-            self.tries[uid] = LastTry(self.state.generation, time.monotonic())
+            self._failed(uid)
             self.reporter.unschedulable(pod, ask.invalid)
             return 0
         result = decide(pod, ask.request, self.state, self.config, ask.need, ask.devices)
@@ -174,10 +217,14 @@ class Allocator:
         if isinstance(result, NoFit):
             for r in result.rejected or ("NoNodes",):
                 self.metrics.failures.labels(r).inc()
-            self.tries[uid] = LastTry(self.state.generation, time.monotonic())
+            self._failed(uid)
             self.reporter.unschedulable(pod, result.message)
             return 0
         return self.bind(pod, result, ask.request is not None)
+
+    def _failed(self, uid: str) -> None:
+        self.tries[uid] = failed_try(self.tries.get(uid), self.state.generation, self.clock(),
+                                     *self.backoff)
 
     def bind(self, pod: dict, p: Placement, mthreads: bool) -> int:
         """Assume the share now, so the next decision sees it, and send the write."""
@@ -217,7 +264,7 @@ class Allocator:
             return
         log.warning("bind %s/%s: %s", ns, name, o.message)
         if self.cache.bind_failed(share, o.pod):
-            self.tries[uid] = LastTry(None, time.monotonic())
+            self.tries[uid] = LastTry(None, self.clock())
 
     def _reread(self, uid: str, ns: str, name: str) -> None:
         self.reading.add(uid)
