@@ -7,6 +7,7 @@ raises. Binding a throw-away socket first turns both into one line that names th
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 
 from .startup import USAGE, StartupError
@@ -53,3 +54,13 @@ def check_bind(flag: str, value: str) -> None:
                 raise StartupError(f"{flag} {value}: {host} is not an address of this machine",
                                    USAGE) from None
             raise StartupError(f"{flag} {value}: cannot listen: {e.strerror}") from None
+
+
+def check_loopback(flag: str, value: str) -> None:
+    """Raise StartupError unless `value` listens on a loopback address only: what is served
+    there trusts whoever can connect (the extender's verbs)."""
+    _, address = listen_address(flag, value)
+    if not ipaddress.ip_address(address[0]).is_loopback:
+        raise StartupError(f"{flag} {value}: the extender's verbs must listen on a loopback "
+                           "address (127.0.0.1 or [::1]) only, where only the kube-scheduler "
+                           "beside it can call them (docs/extender.md)", USAGE)

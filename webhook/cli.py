@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from .bind_address import check_bind
+from .bind_address import check_bind, check_loopback
 from .config import load_config
 from .observe import cards_command
 from .startup import USAGE, StartupError, run_command
@@ -59,7 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
     e.add_argument("--config")
     e.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
-    e.add_argument("--bind", default="0.0.0.0:8888", help="HOST:PORT, plain HTTP (default %(default)s)")
+    e.add_argument("--bind", default="127.0.0.1:8888",
+                   help="loopback HOST:PORT for kube-scheduler's calls, plain HTTP (default %(default)s)")
+    e.add_argument("--metrics-bind", default="",
+                   help="HOST:PORT for GET /metrics, /healthz, /readyz only (default: none; "
+                        "they are served on --bind too)")
     cards_command.add_parser(sub, KUBECONFIG_HELP)
     return p
 
@@ -120,8 +124,11 @@ def _allocate(args) -> int:
 def _extender(args) -> int:
     from .extender.main import run
     config = load_config(args.config)
+    check_loopback("--bind", args.bind)
     check_bind("--bind", args.bind)
-    return run(config, _cluster(args), args.bind)
+    if args.metrics_bind:
+        check_bind("--metrics-bind", args.metrics_bind)
+    return run(config, _cluster(args), args.bind, args.metrics_bind or None)
 
 
 def _cards(args) -> int:

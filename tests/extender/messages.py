@@ -10,7 +10,7 @@ from tests.harness.app_client import AppClient
 from tests.harness.fake_api import AsyncFakeApi, FakeApi
 from webhook.config import parse_config
 from webhook.extender.app import READY_WAIT, ExtenderApp
-from webhook.extender.cache import Cache
+from webhook.extender.cache import WAITING, Cache
 from webhook.extender.verbs import Extender
 from webhook.observe.hami_metrics import metrics_page
 
@@ -25,6 +25,7 @@ def handler_setup():
     nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
     cache.apply("node", "RESET", nodes)
     cache.apply("pod", "RESET", [])
+    cache.apply(WAITING, "RESET", [])
     return extender_client(cache, api), cache, api
 
 

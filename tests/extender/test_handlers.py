@@ -13,7 +13,7 @@ import pytest
 
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
 from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, extender_client, pending
-from webhook.extender.cache import Cache
+from webhook.extender.cache import WAITING, Cache
 from webhook.extender.verbs import NOT_SYNCED
 from webhook.extender.decisions import NOT_IN_CACHE
 
@@ -96,7 +96,11 @@ def test_prioritize_by_node_policy(setup):
     p = pending(api, pod(slice_(8, 2)))
     got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
     assert got == [{"Host": "s4", "Score": 3}, {"Host": "s4b", "Score": 0}]  # binpack (default)
+    # the policy is read from the API server's pod: the body's annotations change nothing
     p["metadata"]["annotations"]["hami.io/node-scheduler-policy"] = "spread"
+    got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
+    assert got == [{"Host": "s4", "Score": 3}, {"Host": "s4b", "Score": 0}]
+    pending(api, p)
     got = client.post("/prioritize", json=args(p, ["s4", "s4b"])).get_json()
     assert got == [{"Host": "s4", "Score": 7}, {"Host": "s4b", "Score": 10}]
 
@@ -247,7 +251,8 @@ def test_a_filter_during_the_first_list_waits_for_it(setup):
 
     def listed():
         cache.apply("node", "RESET", [mt_node("s4", cards=2, units=96)])
-        cache.apply("pod", "RESET", [p])
+        cache.apply("pod", "RESET", [])
+        cache.apply(WAITING, "RESET", [p])
     timer = threading.Timer(0.3, listed)
     timer.start()
     try:

@@ -64,7 +64,7 @@ class Running:
 
 @pytest.fixture
 def server():
-    s = Running(keepalive=1.0, max_connections=4, max_body=1000, grace=2.0)
+    s = Running(keepalive=1.0, first_request=1.0, max_connections=4, max_body=1000, grace=2.0)
     yield s
     s.stop()
 
@@ -191,11 +191,53 @@ def test_an_idle_connection_is_closed_after_the_keepalive(server):
     assert 0.8 < time.monotonic() - started < 4
 
 
-def test_a_request_left_half_sent_is_closed_after_the_keepalive(server):
+def test_a_request_left_half_sent_is_closed_after_the_deadline(server):
     conn = server.connect()
     conn.sendall(b"POST /half HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
     assert closed_by_server(conn, within=5)
     assert server.seen == []
+
+
+def test_a_connection_without_a_first_request_is_closed_long_before_the_keepalive():
+    """An idle connection that never sent a request lives `first_request` seconds, not the
+    keep-alive that kube-scheduler's answered connections get."""
+    s = Running(keepalive=60.0, first_request=0.5)
+    try:
+        silent = s.connect()
+        started = time.monotonic()
+        assert closed_by_server(silent, within=10)
+        assert 0.4 < time.monotonic() - started < 10
+        answered = s.connect()  # one that sends at once is kept alive past that deadline
+        answered.sendall(post("/a"))
+        read_answers(answered, 1)
+        assert not closed_by_server(answered, within=1.5)
+    finally:
+        s.stop()
+
+
+def test_one_address_cannot_take_every_connection():
+    s = Running(max_connections=10, max_per_peer=3)
+    try:
+        kept = [s.connect() for _ in range(3)]
+        for c in kept:
+            c.sendall(post("/hello"))
+            read_answers(c, 1)
+        extra = s.connect()
+        (status, _, body), = read_answers(extra, 1)
+        assert status == 503 and body == b"too many connections from this address\n"
+        other = socket.socket()  # another loopback address is still served
+        other.settimeout(5)
+        other.bind(("127.0.0.2", 0))
+        other.connect(("127.0.0.1", s.port))
+        other.sendall(post("/hello"))
+        assert read_answers(other, 1)[0][0] == 200
+        kept.pop().close()  # and the first address gets its place back
+        time.sleep(0.2)
+        again = s.connect()
+        again.sendall(post("/hello"))
+        assert read_answers(again, 1)[0][0] == 200
+    finally:
+        s.stop()
 
 
 def test_connections_over_the_limit_are_answered_503(server):

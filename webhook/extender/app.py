@@ -6,12 +6,14 @@ event loop's one thread, each call in one go under the cache's lock, except what
 bind's write and reads are awaited on the loop (kube/async_api.py), and what may take long
 (/preempt, /metrics, a call that comes before the cache has listed and waits for it) runs on
 a few threads, so that the loop keeps answering kube-scheduler's filters meanwhile. A call
-that waits for nothing (a filter, the common case) is answered without a coroutine.
+that waits for nothing (a filter of a pod the watch shows, the common case) is answered
+without a coroutine; a verb whose pod must be read first answers an awaitable (verbs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -64,18 +66,33 @@ class ExtenderApp:
             return 405, TEXT, f"{method} {path}: method not allowed\n".encode()
         return 404, TEXT, f"{path}: not found\n".encode()
 
-    def _verb(self, name: str, body: bytes) -> Answer:
+    def respond_pages(self, method: str, path: str, body: bytes | None):
+        """`respond` for the metrics listener (--metrics-bind): the pages only; the verbs are
+        answered on the loopback listener alone."""
+        if path in VERBS:
+            return 404, TEXT, f"{path}: not served on this port\n".encode()
+        return self.respond(method, path, body)
+
+    def _verb(self, name: str, body: bytes):
         try:
-            return 200, JSON, _json(getattr(self.ext, name)(_message(body)))
+            result = getattr(self.ext, name)(_message(body))
         except wire.WireError as e:
             return _bad_request(e)
+        if inspect.isawaitable(result):  # its pod is read first
+            return self._answer_later(result)
+        return 200, JSON, _json(result)
+
+    @staticmethod
+    async def _answer_later(result) -> Answer:
+        return 200, JSON, _json(await result)
 
     async def _verb_later(self, name: str, body: bytes) -> Answer:
         loop = asyncio.get_running_loop()
         if not self.ext.synced():
             await loop.run_in_executor(self.pool, self.ext.source.wait_ready, self.ready_wait)
         if name not in AWAITED:
-            return self._verb(name, body)
+            answer = self._verb(name, body)
+            return await answer if inspect.isawaitable(answer) else answer
         verb = getattr(self.ext, name)
         try:
             if name == "bind":
@@ -84,6 +101,8 @@ class ExtenderApp:
                 result = await loop.run_in_executor(self.pool, verb, _message(body))
         except wire.WireError as e:
             return _bad_request(e)
+        if inspect.isawaitable(result):  # its pod is read first
+            result = await result
         return 200, JSON, _json(result)
 
     async def _metrics(self) -> Answer:

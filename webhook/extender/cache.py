@@ -8,16 +8,20 @@ on that loop too (`watches`; on threads of their own when the API server is reac
 proxy); every read and change of the
 pod cache happens inside one method here, under the lock; the API calls are made outside it.
 
-The pod watch shows bound pods only (scheduling/cache.py, `BOUND_LIVE_PODS`): kube-scheduler
-sends each pending pod in its call. A bind without a reservation reads its pod from the API
-server.
+The pod watch shows bound pods only (scheduling/cache.py, `BOUND_LIVE_PODS`); a third watch
+keeps the pods that wait for the extender's scheduler (`waiting`, `waiting_selector`). A call's
+body only names its pod: every verb answers for the pod as the API server holds it, from
+`waiting` or, when the watch has not shown it yet, from a read (verbs.py), so a body cannot
+make the extender reserve, choose or write for a pod that does not exist, waits for another
+scheduler or asks for something else.
 
 Reservations: the filter chooses the node and the cards and counts them at once (an assumed
 share with no write under way, `RESERVE_FOR` seconds to live); the bind writes that choice.
 A reservation ends when the bind takes it, when the pod is seen bound (its real share
-replaces it, on that node or another), filtered again, bound for another node, or when its
-time is up (checked on the cache's clock thread, every half second): a pending pod deleted
-while it holds one is not shown by the watch, so its cards are counted until then.
+replaces it, on that node or another), filtered again, bound for another node, when the
+watch of waiting pods no longer shows the pod (deleted, or bound by another), or when its
+time is up (checked on the cache's clock thread, every half second). Only a pod that waits
+for our scheduler gets one, and one at a time.
 
 A relist keeps the assumed shares of the pods it does not show: a reservation lapses as
 before, a write under way tells its outcome, and a pod whose write succeeded (its binding
@@ -37,13 +41,13 @@ from ..kube.api import Api
 from ..kube.async_api import AsyncApi
 from ..kube.async_informer import AsyncInformer
 from ..kube.binder import read_pod
-from ..kube.informer import Informer, cluster_watches, watch_cluster
-from ..scheduling.cache import BOUND_LIVE_PODS, PodCache, uid_of
+from ..kube.informer import Informer, cluster_watches
+from ..scheduling.cache import BOUND_LIVE_PODS, LIVE_PODS, PodCache, uid_of
 from ..scheduling.decide import Placement
 from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
 from ..scheduling.shares import PodShare
-from .decisions import choose, fitting_nodes, pick, room_outside, scores
+from .decisions import choose, fitting_nodes, node_refusal, pick, room_outside, scores
 from .preemption import Holder, victims_on
 
 RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
@@ -51,10 +55,18 @@ RESERVE_FOR = 30.0  # seconds a filter's choice is held for the bind that writes
 IN_DOUBT = "an earlier binding of the pod is being written or its outcome is unknown"
 
 
+WAITING = "waiting"  # the kind of the watch of the pods waiting for the extender's scheduler
+
+
+def waiting_selector(scheduler_name: str) -> str:
+    """The pods that wait for `scheduler_name`: not bound, not finished."""
+    return f"spec.schedulerName={scheduler_name},spec.nodeName=,{LIVE_PODS}"
+
+
 @dataclass(frozen=True)
 class Reservation:
     placement: Placement
-    pod: dict  # as the filter got it, for the bind's write
+    pod: dict  # the API server's pod the filter answered for, for the bind's write
     until: float  # monotonic
 
 
@@ -80,6 +92,8 @@ class Cache:
         self.reservations: dict[str, Reservation] = {}
         self.facts: dict[str, PodFacts] = {}  # uid -> priority and deletion, of bound pods
         self.written: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): bound by us, not yet seen
+        self.waiting: dict[str, dict] = {}  # uid -> a pod waiting for our scheduler, as watched
+        self.waiting_listed = False
         self.stopped = threading.Event()
         self.synced = threading.Event()  # nodes and pods listed
         self._informers: list[Informer] = []
@@ -95,8 +109,9 @@ class Cache:
         `watches()` on its event loop instead."""
         assert self.api is not None
         if watch_on_threads:  # each event applied on its watch's thread as it is read
-            self._informers = watch_cluster(self.api, lambda item: self.apply(*item[1:]), 1,
-                                            BOUND_LIVE_PODS)
+            self._informers = [
+                Informer(self.api, kind, path, selector, lambda item: self.apply(*item[1:]), 1).start()
+                for kind, path, selector in self._watched()]
         self._thread = threading.Thread(target=self._run, name="extender-cache", daemon=True)
         self._thread.start()
         return self
@@ -108,7 +123,12 @@ class Cache:
         if self._informers:
             return []
         return [AsyncInformer(api, kind, path, selector, partial(self.apply, kind)).run()
-                for kind, path, selector in cluster_watches(BOUND_LIVE_PODS)]
+                for kind, path, selector in self._watched()]
+
+    def _watched(self) -> list[tuple[str, str, str | None]]:
+        """(kind, path, fieldSelector): the nodes, the bound pods, the pods waiting for us."""
+        return cluster_watches(BOUND_LIVE_PODS) + [
+            (WAITING, "/api/v1/pods", waiting_selector(self.config.scheduler_name))]
 
     def stop(self) -> None:
         self.stopped.set()
@@ -117,7 +137,7 @@ class Cache:
 
     def ready(self) -> bool:
         with self.lock:
-            return self.pods.ready
+            return self.pods.ready and self.waiting_listed
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether nodes and pods are listed, waiting up to `timeout` seconds for it."""
@@ -137,8 +157,11 @@ class Cache:
 
     def apply(self, kind: str, event: str, obj) -> None:
         with self.lock:
-            self.pods.apply(kind, event, obj)
-            if self.pods.ready:
+            if kind == WAITING:
+                self._apply_waiting(event, obj)
+            else:
+                self.pods.apply(kind, event, obj)
+            if self.pods.ready and self.waiting_listed:
                 self.synced.set()
             if kind != "pod":
                 return
@@ -155,6 +178,26 @@ class Cache:
                 self.facts.pop(uid_of(obj), None)
             else:
                 self.facts[uid_of(obj)] = _facts(obj)
+
+    def _apply_waiting(self, event: str, obj) -> None:
+        if event == "RESET":
+            self.waiting = {uid_of(p): p for p in obj}
+            self.waiting_listed = True
+        elif event == "DELETED":  # gone, or out of the selector: bound, finished
+            self.waiting.pop(uid_of(obj), None)
+            self._release(uid_of(obj))  # a reservation the bind did not take has no use now
+        else:
+            self.waiting[uid_of(obj)] = obj
+
+    def waiting_pod(self, namespace: str, name: str, uid: str) -> dict | None:
+        """The pod waiting for our scheduler with this uid, namespace and name, as watched;
+        None when the watch does not show it (not yet, or no such pod)."""
+        with self.lock:
+            pod = self.waiting.get(uid)
+        if pod is None:
+            return None
+        meta = pod["metadata"]
+        return pod if (meta.get("namespace"), meta.get("name")) == (namespace, name) else None
 
     # reservations
     def _reserved(self, uid: str) -> Reservation | None:
@@ -205,9 +248,10 @@ class Cache:
             return len(self.pods.state.nodes)
 
     def take_reservation(self, uid: str, namespace: str, name: str,
-                         node: str) -> tuple[dict, Placement] | None:
+                         node: str) -> tuple[dict, Placement] | str | None:
         """The pod and the placement reserved for it on `node`, now being written; None if it
-        has none (expired, gone) or it was for another node (then it is released)."""
+        has none (expired, gone) or it was for another node (then it is released); the reason
+        when the node's own rules refuse the pod now (released too)."""
         with self.lock:
             r = self._reserved(uid)
             if r is None:
@@ -217,6 +261,10 @@ class Cache:
                     (meta.get("namespace"), meta.get("name")) != (namespace, name):
                 self._release(uid)
                 return None
+            refusal = node_refusal(r.pod, node, self.pods.state)
+            if refusal is not None:
+                self._release(uid)
+                return refusal
             del self.reservations[uid]
             self.pods.in_flight.add(uid)  # the reserved share is now a write under way
             return r.pod, r.placement

@@ -15,6 +15,7 @@ from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.card_fit import least_card, may_fit
 from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.inventory import Card
+from ..scheduling.node_fit import node_rules_reason
 from ..scheduling.resources import pod_requests
 from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.request import PodAsk
@@ -114,8 +115,22 @@ def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
 
 def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
            config: Config) -> Placement | str:
-    """The placement on the node kube-scheduler chose, or the reason the cards do not fit now."""
+    """The placement on the node a bind names, or the reason the node or its cards do not
+    take the pod now."""
+    reason = node_refusal(pod, node, state)
+    if reason is not None:
+        return reason
     reason, cards = cards_on(pod, ask, node, state, config)
     if reason is not None:
         return reason
     return placement(pod, ask.request, node, cards, pod_requests(pod), ask.devices)
+
+
+def node_refusal(pod: dict, node: str, state: ClusterState) -> str | None:
+    """Why the node's own rules (Ready, schedulable, taints, selector, node affinity) refuse
+    the pod, or None. A bind names its node: this is checked again there, whoever sent it,
+    since a binding skips every check of kube-scheduler's."""
+    info = state.nodes.get(node)
+    if info is None:
+        return NOT_IN_CACHE
+    return node_rules_reason(pod.get("spec") or {}, info.obj)

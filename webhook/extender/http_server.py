@@ -10,8 +10,10 @@ next pod, so that CPU was the pace of the path (docs/benchmarks.md, "Extender pa
 What it does: keeps connections alive (kube-scheduler 1.20 keeps two of them idle and closes
 any more it opened while binds overlap a filter: docs/benchmarks.md, "Extender path"),
 answers the requests of one connection in order, one at a time (reading pauses meanwhile),
-closes a connection that sends no whole request within `keepalive` seconds of its last
-answer, answers 400 to what is not HTTP and 503 above `max_connections`, reads at most
+closes a connection that sends no whole request within `first_request` seconds of its
+accept or `keepalive` seconds of its last answer, answers 400 to what is not HTTP and 503
+above `max_connections` in all or `max_per_peer` from one address (so that idle connections
+of one peer cannot lock the others out, should anything but loopback reach it), reads at most
 `max_body` bytes of a body (the rest is read and dropped; the handler is told with
 `body=None`), and on `close()` stops listening, lets the answers under way finish for up to
 `grace` seconds and closes the rest.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections import deque
+from collections import Counter, deque
 from http import HTTPStatus
 from typing import Awaitable, Callable, Union
 
@@ -37,7 +39,9 @@ Answer = tuple[int, list[tuple[str, str]], bytes]
 Respond = Callable[[str, str, Union[bytes, None]], Union[Answer, Awaitable[Answer]]]
 
 KEEPALIVE = 120  # seconds; above Go's 90 s IdleConnTimeout
+FIRST_REQUEST = 10  # seconds from the accept to a whole first request (kube-scheduler sends at once)
 MAX_CONNECTIONS = 1000  # open at once; more are answered 503 (each costs a descriptor)
+MAX_PER_PEER = 64  # open at once from one address (kube-scheduler keeps 2 idle, opens a few more)
 MAX_BODY = 8 * 1024 * 1024
 GRACE = 10  # seconds the answers under way get on close()
 WRITE_BUFFER = 1024 * 1024  # unread answers a connection may pile up before it is read no more
@@ -62,6 +66,7 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
+        self.peer = ""  # the client's address
         self.waiting: deque = deque()  # whole requests not yet answered (a client may pipeline)
         self.busy = False  # an answer is being made
         self.write_paused = False
@@ -74,18 +79,19 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
-        if len(self.server.connections) >= self.server.max_connections:
-            transport.write(encode(503, [("content-type", "text/plain")],
-                                   b"too many connections\n", False))
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else str(peer)
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            transport.write(encode(503, [("content-type", "text/plain")], refusal, False))
             transport.close()
             self.closing = True
             return
-        self.server.connections.add(self)
-        self._arm()
+        self._arm(self.server.first_request)
 
     def connection_lost(self, exc) -> None:
         self.closing = True
-        self.server.connections.discard(self)
+        self.server.forget(self)
         self._disarm()
 
     def data_received(self, data: bytes) -> None:
@@ -195,10 +201,11 @@ class _Connection(asyncio.Protocol):
         if not self.busy:
             self.close()
 
-    # idle timeout: from the last answer (or the connection) to the next whole request
-    def _arm(self) -> None:
+    # idle timeout: from the last answer (or the accept) to the next whole request
+    def _arm(self, seconds: float | None = None) -> None:
         self._disarm()
-        self.timer = asyncio.get_running_loop().call_later(self.server.keepalive, self.close)
+        self.timer = asyncio.get_running_loop().call_later(
+            self.server.keepalive if seconds is None else seconds, self.close)
 
     def _disarm(self) -> None:
         if self.timer is not None:
@@ -213,13 +220,33 @@ def _internal_error() -> Answer:
 class HttpServer:
     def __init__(self, respond: Respond, keepalive: float = KEEPALIVE,
                  max_connections: int = MAX_CONNECTIONS, max_body: int = MAX_BODY,
-                 grace: float = GRACE):
+                 grace: float = GRACE, max_per_peer: int = MAX_PER_PEER,
+                 first_request: float = FIRST_REQUEST):
         self.respond, self.keepalive, self.grace = respond, keepalive, grace
         self.max_connections, self.max_body = max_connections, max_body
+        self.max_per_peer, self.first_request = max_per_peer, first_request
         self.connections: set[_Connection] = set()
+        self.per_peer: Counter[str] = Counter()  # open connections by peer address
         self.tasks: set[asyncio.Future] = set()
         self.closing = False
         self._server: asyncio.AbstractServer | None = None
+
+    def admit(self, conn: _Connection) -> bytes | None:
+        """Count a new connection in, or say why it is refused."""
+        if len(self.connections) >= self.max_connections:
+            return b"too many connections\n"
+        if self.per_peer[conn.peer] >= self.max_per_peer:
+            return b"too many connections from this address\n"
+        self.connections.add(conn)
+        self.per_peer[conn.peer] += 1
+        return None
+
+    def forget(self, conn: _Connection) -> None:
+        if conn in self.connections:
+            self.connections.remove(conn)
+            self.per_peer[conn.peer] -= 1
+            if not self.per_peer[conn.peer]:
+                del self.per_peer[conn.peer]
 
     async def start(self, sock) -> None:
         """Serve on a bound socket."""

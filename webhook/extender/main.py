@@ -6,8 +6,10 @@ decision must see every other one. One event loop, not gunicorn's threads as for
 (docs/serving.md): kube-scheduler waits for each /filter answer before it takes the next pod,
 so the CPU the extender spends per pod sets the pace of the whole path. On one event loop a
 filter is answered in one go, with no hand-off between threads, and a bind's write is one
-more request on the same loop (kube/async_api.py). Plain HTTP: kube-scheduler reaches it on
-the pod network or loopback (see docs/extender.md).
+more request on the same loop (kube/async_api.py). Plain HTTP on loopback only: the verbs
+reserve and bind for whoever calls them, so only the kube-scheduler in the same pod may reach
+them (docs/extender.md); `--metrics-bind` adds a listener for the pages alone (Prometheus, the
+kubelet's probes).
 """
 
 from __future__ import annotations
@@ -49,10 +51,15 @@ def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
                        metrics_page(lambda: cache.state.nodes.values(), cache.bound)), cache
 
 
-async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket) -> None:
-    """Answer on `sock` until SIGTERM or SIGINT, then stop gracefully."""
-    server = HttpServer(application.respond)
-    await server.start(sock)
+async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket,
+                pages_sock: socket.socket | None = None) -> None:
+    """Answer on `sock` (and the pages alone on `pages_sock`) until SIGTERM or SIGINT, then
+    stop gracefully."""
+    servers = [HttpServer(application.respond)]
+    if pages_sock is not None:
+        servers.append(HttpServer(application.respond_pages))
+    for server, listening in zip(servers, (sock, pages_sock)):
+        await server.start(listening)
     watches = [asyncio.ensure_future(w) for w in cache.watches(application.ext.api)]
     freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))
     stop = asyncio.Event()
@@ -63,7 +70,8 @@ async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket) -> 
     log.info("extender: stopping")
     for task in (freeze, *watches):
         task.cancel()
-    await server.close()
+    for server in servers:
+        await server.close()
 
 
 async def _freeze_when_listed(wait_ready: Callable[[float], bool]) -> None:
@@ -76,20 +84,28 @@ async def _freeze_when_listed(wait_ready: Callable[[float], bool]) -> None:
     gc.freeze()
 
 
-def run(config: Config, kubeconfig: str | None, bind: str) -> int:
+def run(config: Config, kubeconfig: str | None, bind: str, metrics_bind: str | None = None) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code."""
-    family, address = listen_address("--bind", bind)
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address)
+    sock = _listening("--bind", bind)
+    pages_sock = _listening("--metrics-bind", metrics_bind) if metrics_bind else None
     gc.set_threshold(GC_YOUNG)
     application, cache = app(config, Api(make_api_client(kubeconfig)))
-    log.info("extender: scheduler %s, listening on %s, listing nodes and pods",
-             config.scheduler_name, bind)
+    log.info("extender: scheduler %s, listening on %s%s, listing nodes and pods",
+             config.scheduler_name, bind, f" (pages on {metrics_bind})" if metrics_bind else "")
     try:
-        uvloop.run(serve(application, cache, sock))
+        uvloop.run(serve(application, cache, sock, pages_sock))
     finally:
         application.close()
         cache.stop()
-        sock.close()
+        for s in (sock, pages_sock):
+            if s is not None:
+                s.close()
     return 0
+
+
+def _listening(flag: str, value: str) -> socket.socket:
+    family, address = listen_address(flag, value)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    return sock

@@ -12,6 +12,14 @@ state of that moment, as before, and answers an error if the cards are taken sin
 
 The verbs do not wait for the cache's first list: the caller does (app.py), and a verb
 called before it answers that the extender is not synced.
+
+Trust: a call's body only names its pod (namespace, name, uid). Each verb answers for the pod
+as the API server holds it: from the cache's watch of the pods waiting for our scheduler, or,
+when the watch has not shown it yet, from a read (the verb's answer is then awaitable). A pod
+that does not exist under that uid, is bound already or waits for another scheduler gets an
+error and nothing is reserved or written for it; what the body says of the pod's containers or
+annotations is never read. A bind checks the node's own rules (taints, selector, affinity,
+readiness) again: a binding skips all of kube-scheduler's checks.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import asyncio
 import logging
 import math
 import time
+from typing import Awaitable, Callable, TypeVar
 
 from .. import annotations as keys
 from ..cards import Fleet
@@ -34,6 +43,8 @@ log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
 
+T = TypeVar("T")
+
 
 class Extender:
     """`source`: the cache (cache.Cache); `api`: an AsyncApi (or a fake) for the binds and
@@ -47,23 +58,65 @@ class Extender:
     def synced(self) -> bool:
         return self.source.wait_ready(0)
 
-    def filter(self, body) -> dict:
+    def filter(self, body) -> dict | Awaitable[dict]:
         args = wire.extender_args(body)
         if not self.synced():
             return wire.filter_error(NOT_SYNCED)
-        ask = request_of(args.pod, self.config, self.fleet)
+        return self._for_pod(args.pod, lambda pod: self._filter(args, pod), wire.filter_error)
+
+    def _filter(self, args: wire.ExtenderArgs, pod: dict) -> dict:
+        ask = request_of(pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # no card to choose: every node's answer
-            fits, failed = self.source.filter(args.pod, ask, args.node_names)
+            fits, failed = self.source.filter(pod, ask, args.node_names)
             return wire.filter_result(args, fits, failed)
-        result = self.source.reserve(args.pod, ask, args.node_names)
+        result = self.source.reserve(pod, ask, args.node_names)
         if isinstance(result, str):
             return wire.filter_error(result)
         chosen, failed, elsewhere = result
         if elsewhere is not None:
-            self._requeue(args.pod, elsewhere, len(args.node_names))
+            self._requeue(pod, elsewhere, len(args.node_names))
         # The one node chosen; the other fitting nodes are left out without a reason (1.20
         # takes the answer's nodes as the feasible ones), so kube-scheduler binds there.
         return wire.filter_result(args, [chosen.node] if chosen else [], failed)
+
+    # the pod a call names, as the API server holds it
+    def _for_pod(self, claimed: dict, answer: Callable[[dict], T],
+                 refuse: Callable[[str], T]) -> T | Awaitable[T]:
+        """`answer(pod)` for the API server's pod that `claimed` (a body's pod) names, at
+        once when the watch shows it waiting for us, else after a read; `refuse(why)` when
+        there is no such pod waiting for us."""
+        name = wire.pod_name(claimed)
+        if isinstance(name, str):
+            return refuse(name)
+        pod = self.source.waiting_pod(*name)
+        if pod is not None:
+            return answer(pod)
+        return self._read_then(name, answer, refuse)
+
+    async def _read_then(self, name: tuple[str, str, str], answer: Callable[[dict], T],
+                         refuse: Callable[[str], T]) -> T:
+        pod = await self._read_pod(*name)
+        return refuse(pod) if isinstance(pod, str) else answer(pod)
+
+    async def _read_pod(self, namespace: str, name: str, uid: str) -> dict | str:
+        return self._checked(namespace, name, uid, *await read_pod_async(self.api, namespace, name))
+
+    def _checked(self, namespace: str, name: str, uid: str, status: int,
+                 pod: dict | None) -> dict | str:
+        """A read's answer (HTTP status, pod or None): the pod, if it is the one named and
+        waits for our scheduler; else why the extender does not decide for it."""
+        who = f"pod {namespace}/{name}"
+        if pod is None:
+            return f"{who}: " + ("not found" if status == 404 else f"cannot be read (HTTP {status})")
+        spec = pod.get("spec") or {}
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            return f"{who}: uid {uid} is gone"
+        if spec.get("nodeName"):
+            return f"{who} is already bound to {spec['nodeName']}"
+        if spec.get("schedulerName") != self.config.scheduler_name:
+            return (f"{who} waits for scheduler {spec.get('schedulerName')!r}, "
+                    f"not {self.config.scheduler_name!r}")
+        return pod
 
     def _requeue(self, pod: dict, elsewhere: str, offered: int) -> None:
         """The pod fits none of the nodes kube-scheduler offered, but `elsewhere`, outside its
@@ -93,24 +146,34 @@ class Extender:
         else:
             log.info("requeue %s: %s", who, message)
 
-    def preempt(self, body) -> dict:
+    def preempt(self, body) -> dict | Awaitable[dict]:
         args = wire.preemption_args(body)
         if not self.synced():
             return wire.preemption_result({})
-        ask = request_of(args.pod, self.config, self.fleet)
+        return self._for_pod(args.pod, lambda pod: self._preempt(args, pod),
+                             lambda why: wire.preemption_result({}))
+
+    def _preempt(self, args: wire.PreemptionArgs, pod: dict) -> dict:
+        ask = request_of(pod, self.config, self.fleet)
         if ask.need is None or ask.invalid:  # the cards are not what keeps it out
             return wire.preemption_result(args.victims if not ask.invalid else {})
-        chosen = self.source.victims(args.pod, ask, args.victims)
-        meta = args.pod["metadata"]
+        chosen = self.source.victims(pod, ask, args.victims)
+        meta = pod["metadata"]
         log.info("preempt %s/%s: %s", meta.get("namespace"), meta.get("name"), "; ".join(
             f"{node}: {len(uids)} victim(s)" for node, (uids, _) in sorted(chosen.items()))
             or "no node where evicting lower-priority pods frees the cards")
         return wire.preemption_result(chosen)
 
-    def prioritize(self, body) -> list[dict]:
+    def prioritize(self, body) -> list[dict] | Awaitable[list[dict]]:
         args = wire.extender_args(body)
-        ask = request_of(args.pod, self.config, self.fleet)
-        return wire.priority_list(self.source.scores(args.pod, ask, args.node_names))
+        zeros = wire.priority_list([(n, 0) for n in args.node_names])
+        if not self.synced():
+            return zeros
+        return self._for_pod(args.pod, lambda pod: self._prioritize(args, pod), lambda why: zeros)
+
+    def _prioritize(self, args: wire.ExtenderArgs, pod: dict) -> list[dict]:
+        ask = request_of(pod, self.config, self.fleet)
+        return wire.priority_list(self.source.scores(pod, ask, args.node_names))
 
     async def bind(self, body) -> dict:
         b = wire.binding_args(body)
@@ -118,6 +181,9 @@ class Extender:
         if not self.synced():
             return wire.binding_result(NOT_SYNCED)
         reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node)
+        if isinstance(reserved, str):
+            log.info("bind %s on %s refused: %s", who, b.node, reserved)
+            return wire.binding_result(f"node {b.node}: {reserved}")
         if reserved is not None:
             pod, placement = reserved
             return await self._write(b, pod, placement, True)
@@ -144,13 +210,7 @@ class Extender:
                 return f"pod {who} is already bound"
             if state == "unknown":
                 return f"pod {who}: the outcome of an earlier binding is unknown"
-        if pod is None:
-            return f"pod {who}: " + ("not found" if status == 404 else f"cannot be read (HTTP {status})")
-        if pod["metadata"].get("uid") != b.uid:
-            return f"pod {who}: uid {b.uid} is gone"
-        if (pod.get("spec") or {}).get("nodeName"):
-            return f"pod {who} is already bound to {pod['spec']['nodeName']}"
-        return pod
+        return self._checked(b.namespace, b.name, b.uid, status, pod)
 
     async def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
         who = f"{b.namespace}/{b.name}"

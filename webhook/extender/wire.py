@@ -9,7 +9,14 @@ Go names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# Kubernetes' own rules for the names a body gives (they go into API paths): a namespace is a
+# DNS-1123 label, a pod or node name a DNS-1123 subdomain.
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+NAMESPACE = re.compile(_LABEL)
+SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 
 
 class WireError(ValueError):
@@ -24,6 +31,29 @@ def _field(body: dict, name: str):
         if isinstance(k, str) and k.lower() == low:
             return v
     return None
+
+
+def _names_error(namespace, name, node=None) -> str | None:
+    """Why these are not a namespace, a pod name (and a node name), or None."""
+    if not (isinstance(namespace, str) and len(namespace) <= 63 and NAMESPACE.fullmatch(namespace)):
+        return f"the namespace {namespace!r} is not a namespace's name"
+    if not (isinstance(name, str) and len(name) <= 253 and SUBDOMAIN.fullmatch(name)):
+        return f"the pod name {name!r} is not a pod's name"
+    if node is not None and not (len(node) <= 253 and SUBDOMAIN.fullmatch(node)):
+        return f"the node name {node!r} is not a node's name"
+    return None
+
+
+def pod_name(pod: dict) -> tuple[str, str, str] | str:
+    """(namespace, name, uid) of a body's pod: all a verb takes from it; or why they are not."""
+    meta = pod["metadata"]
+    namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    error = _names_error(namespace, name)
+    if error is not None:
+        return error
+    if not isinstance(uid, str) or not uid:
+        return "the pod has no uid"
+    return namespace, name, uid
 
 
 @dataclass(frozen=True)
@@ -66,6 +96,9 @@ def binding_args(body) -> BindingArgs:
     values = [_field(body, k) for k in ("PodName", "PodNamespace", "PodUID", "Node")]
     if not all(isinstance(v, str) and v for v in values):
         raise WireError("PodName, PodNamespace, PodUID and Node are all required")
+    error = _names_error(values[1], values[0], values[3])
+    if error is not None:
+        raise WireError(error)
     return BindingArgs(*values)
 
 

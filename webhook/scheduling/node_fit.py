@@ -93,6 +93,23 @@ def matches_selector_and_affinity(pod_spec: dict, node: dict) -> bool:
 def node_reason(pod_spec: dict, node: dict, allocatable: Resources, requested: Resources,
                 wants: Resources) -> str | None:
     """None when the node can run the pod, else the reason string."""
+    reason = node_rules_reason(pod_spec, node)
+    if reason is not None:
+        return reason
+    free = allocatable - requested
+    if wants.pods > free.pods:
+        return reasons.TOO_MANY_PODS
+    # like kube-scheduler, a pod that requests none of a resource is not refused for it
+    if wants.cpu_milli and wants.cpu_milli > free.cpu_milli:
+        return reasons.INSUFFICIENT_CPU
+    if wants.memory_bytes and wants.memory_bytes > free.memory_bytes:
+        return reasons.INSUFFICIENT_MEMORY
+    return None
+
+
+def node_rules_reason(pod_spec: dict, node: dict) -> str | None:
+    """The node's own rules for the pod, without counting what runs there: Ready, schedulable,
+    taints, nodeSelector and required node affinity. None when they let the pod in."""
     if not is_ready(node):
         return reasons.NOT_READY
     tolerations = pod_spec.get("tolerations") or []
@@ -103,12 +120,4 @@ def node_reason(pod_spec: dict, node: dict, allocatable: Resources, requested: R
         return reasons.TAINTED
     if not matches_selector_and_affinity(pod_spec, node):
         return reasons.AFFINITY
-    free = allocatable - requested
-    if wants.pods > free.pods:
-        return reasons.TOO_MANY_PODS
-    # like kube-scheduler, a pod that requests none of a resource is not refused for it
-    if wants.cpu_milli and wants.cpu_milli > free.cpu_milli:
-        return reasons.INSUFFICIENT_CPU
-    if wants.memory_bytes and wants.memory_bytes > free.memory_bytes:
-        return reasons.INSUFFICIENT_MEMORY
     return None
