@@ -245,13 +245,15 @@ def rule_set(rules):
 
 
 def test_allocator_rbac_is_exactly_what_it_needs():
+    """What the allocator calls (webhook/kube/: informer, binder, reporter, leader), and no more:
+    it never writes a pod itself, only a Binding and the PodScheduled condition."""
     docs = build(MANIFESTS / "base")
     cluster = rule_set(one(docs, "ClusterRole", "mthreads-allocator")["rules"])
-    expected = {("", "pods", v, ()) for v in ("get", "list", "watch", "patch")}
+    expected = {("", "pods", v, ()) for v in ("get", "list", "watch")}
     expected |= {("", "pods/binding", "create", ())}
-    expected |= {("", "pods/status", v, ()) for v in ("patch", "update")}
+    expected |= {("", "pods/status", "patch", ())}
     expected |= {("", "nodes", v, ()) for v in ("get", "list", "watch")}
-    expected |= {(g, "events", v, ()) for g in ("", "events.k8s.io") for v in ("create", "patch")}
+    expected |= {("", "events", v, ()) for v in ("create", "patch")}
     assert cluster == expected
     role = one(docs, "Role", "mthreads-allocator-leader-election")
     assert role["metadata"]["namespace"] == "kube-system"
@@ -279,6 +281,17 @@ def test_no_wildcards_and_nothing_for_the_webhook_account(built):
             assert s.get("name") != "mthreads-webhook", f"{d['metadata']['name']} binds the webhook"
     sa = one(docs, "ServiceAccount", "mthreads-webhook")
     assert sa.get("automountServiceAccountToken") is False
+
+
+def test_extender_rbac_adds_only_the_requeue_to_kube_schedulers_roles():
+    docs = build(MANIFESTS / "extender")
+    assert {d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")} == {"mthreads-webhook", "mthreads-scheduler"}
+    assert [d["metadata"]["name"] for d in by_kind(docs, "ClusterRole")] == ["mthreads-extender"]
+    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {("", "pods", "patch", ())}
+    for b in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "mthreads-scheduler", "namespace": "kube-system"}]
+    assert {b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")} == {
+        "system:kube-scheduler", "system:volume-scheduler", "mthreads-extender"}
 
 
 # --- workloads --------------------------------------------------------------------------------

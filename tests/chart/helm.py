@@ -38,3 +38,17 @@ def one(docs: list[dict], kind: str, name: str) -> dict:
 def config_of(docs: list[dict]) -> dict:
     """The config file the pods read."""
     return yaml.safe_load(one(docs, "ConfigMap", "mthreads-webhook-config")["data"]["config.yaml"])
+
+
+def selector_matches(selector: dict | None, labels: dict) -> bool:
+    """Label selector semantics as the API server applies them (matchLabels, In/NotIn/Exists)."""
+    for key, value in ((selector or {}).get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in (selector or {}).get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if not {"In": key in labels and labels[key] in values,
+                "NotIn": key not in labels or labels[key] not in values,
+                "Exists": key in labels, "DoesNotExist": key not in labels}[op]:
+            return False
+    return True

@@ -34,6 +34,7 @@ NS = "kube-system"
 CONFIGS = ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
 POD = REPO_ROOT / "manifests" / "examples" / "mthreads" / "gpushare-pod-default.yaml"
 ALLOCATOR_SA = f"system:serviceaccount:{NS}:mthreads-allocator"
+SCHEDULER_SA = f"system:serviceaccount:{NS}:mthreads-scheduler"  # kube-scheduler + extender (extender mode)
 WEBHOOK_SA = f"system:serviceaccount:{NS}:mthreads-webhook"
 
 
@@ -162,7 +163,9 @@ def apply_as_alice(cluster, path: Path) -> subprocess.CompletedProcess:
 
 def test_the_1_20_render_passes_a_server_side_dry_run(cluster):
     for values in ([], ["--set", "mode=extender"], ["--set", "webhook.networkPolicy.enabled=true",
-                                                     "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32}"]):
+                                                     "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32}"],
+                   ["--set", "mode=extender", "--set", "scheduler.networkPolicy.enabled=true",
+                    "--set", "scheduler.networkPolicy.metricsFrom[0].ipBlock.cidr=10.1.0.0/16"]):
         out = kubectl(cluster, ADMIN, "apply", "--dry-run=server", "-f", "-",
                       stdin=yaml.safe_dump_all(render(*values)))
         assert out.returncode == 0, (values, out.stderr)
@@ -260,3 +263,48 @@ def test_an_existing_secret_fills_the_ca_bundles_and_stays(cluster, helm_run, tm
         uninstall = helm_run("uninstall", "hami", "-n", NS)
     assert uninstall.returncode == 0, uninstall.stderr
     assert get(cluster, "secret", "my-webhook-tls", "-n", NS)["data"]  # not the chart's to delete
+
+
+def test_switching_modes_swaps_the_identities(cluster, helm_run):
+    """`helm upgrade --set mode=extender` (and back) on a real API server: the identity that binds
+    follows the mode, the other mode's identity and rights are gone, and nothing but the
+    webhook's Service exists (the extender's verbs are on its pod's loopback)."""
+    label = kubectl(cluster, ADMIN, "label", "namespace", NS, "hami.io/webhook=ignore", "--overwrite")
+    assert label.returncode == 0, label.stderr
+    out = helm_run("install", "hami", str(CHART), "-n", NS)
+    assert out.returncode == 0, out.stderr
+    try:
+        wait_for(lambda: can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"), 20, 0.3, what="the allocator's RBAC")
+        assert not can_i(cluster, ALLOCATOR_SA, "patch", "pods", "-n", "default")
+        assert not can_i(cluster, SCHEDULER_SA, "list", "pods", "-A")
+        assert pod_config(cluster)["allocator"]["user"] == ALLOCATOR_SA
+
+        out = helm_run("upgrade", "hami", str(CHART), "-n", NS, "--set", "mode=extender")
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: not can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"), 20, 0.3,
+                 what="the allocator's rights gone")
+        assert kubectl(cluster, ADMIN, "get", "serviceaccount", "mthreads-allocator", "-n", NS).returncode != 0
+        wait_for(lambda: can_i(cluster, SCHEDULER_SA, "patch", "pods", "-n", "default"), 20, 0.3,
+                 what="the extender's requeue right")
+        assert can_i(cluster, SCHEDULER_SA, "create", "pods", "--subresource=binding", "-n", "default")
+        for denied in (("create", "pods", "-n", "default"), ("update", "nodes"), ("get", "secrets", "-n", NS),
+                       ("update", "leases.coordination.k8s.io/mthreads-allocator", "-n", NS)):
+            assert not can_i(cluster, SCHEDULER_SA, *denied), denied
+        assert pod_config(cluster)["allocator"]["user"] == SCHEDULER_SA
+        deploy = get(cluster, "deployment", "hami-scheduler", "-n", NS)["spec"]["template"]["spec"]
+        assert deploy["serviceAccountName"] == "mthreads-scheduler"
+        assert [c["name"] for c in deploy["containers"]] == ["kube-scheduler", "extender"]
+        assert "--bind=127.0.0.1:8888" in deploy["containers"][1]["args"]
+        services = get(cluster, "services", "-n", NS)["items"]  # the release's, and nothing else's here
+        assert [svc["metadata"]["name"] for svc in services] == ["mthreads-webhook"]
+
+        out = helm_run("upgrade", "hami", str(CHART), "-n", NS, "--set", "mode=allocator")
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: not can_i(cluster, SCHEDULER_SA, "patch", "pods", "-n", "default"), 20, 0.3,
+                 what="the extender's rights gone")
+        assert kubectl(cluster, ADMIN, "get", "serviceaccount", "mthreads-scheduler", "-n", NS).returncode != 0
+        wait_for(lambda: can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"), 20, 0.3, what="the allocator's RBAC back")
+        assert pod_config(cluster)["allocator"]["user"] == ALLOCATOR_SA
+    finally:
+        uninstall = helm_run("uninstall", "hami", "-n", NS)
+    assert uninstall.returncode == 0, uninstall.stderr

@@ -8,12 +8,13 @@ means the version removed that API, and fails.
 from __future__ import annotations
 
 import base64
+import json
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from tests.chart.helm import CHART, EXAMPLES, config_of, helm, one, render
+from tests.chart.helm import CHART, EXAMPLES, config_of, helm, one, render, selector_matches
 
 NEWER = [f"1.{minor}.0" for minor in range(25, 35)]
 MODES = {
@@ -21,10 +22,26 @@ MODES = {
     "extender": ["--set", "mode=extender"],
     "cert-manager": ["--set", "certificates.mode=certManager"],
     "network-policy": ["--set", "webhook.networkPolicy.enabled=true",
-                       "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32,192.0.2.0/24}"],
+                       "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.1/32,192.0.2.0/24}",
+                       "--set", "scheduler.networkPolicy.enabled=true",
+                       "--set-json", 'scheduler.networkPolicy.metricsFrom=[{"namespaceSelector": {"matchLabels": '
+                       '{"kubernetes.io/metadata.name": "monitoring"}}, "podSelector": {"matchLabels": '
+                       '{"app.kubernetes.io/name": "prometheus"}}}, {"ipBlock": {"cidr": "10.1.0.0/16"}}]'],
+    "extender-network-policy": ["--set", "mode=extender", "--set", "scheduler.networkPolicy.enabled=true",
+                                "--set", "webhook.exemptNamespaces={kube-system,cert-manager}",
+                                "--set", "webhook.namespaceSelector.matchLabels.gpu=yes"],
 }
 API_VERSIONS_1_20 = {"v1", "apps/v1", "rbac.authorization.k8s.io/v1", "policy/v1beta1",
                      "admissionregistration.k8s.io/v1", "networking.k8s.io/v1"}
+
+
+def containers(deploy: dict) -> dict[str, dict]:
+    """A Deployment's containers by name, in their order."""
+    return {c["name"]: c for c in deploy["spec"]["template"]["spec"]["containers"]}
+
+
+def scheduler_config(docs: list[dict]) -> dict:
+    return yaml.safe_load(one(docs, "ConfigMap", "mthreads-scheduler-config")["data"]["scheduler-config.yaml"])
 
 
 def test_helm_lint_is_clean():
@@ -63,7 +80,7 @@ def test_kube_scheduler_configuration_follows_the_version(version, expected, ins
     assert conf["apiVersion"] == f"kubescheduler.config.k8s.io/{expected}"
     assert [p["schedulerName"] for p in conf["profiles"]] == ["hami-scheduler"]
     assert conf["percentageOfNodesToScore"] == 0  # kube-scheduler's adaptive node sample
-    (container,) = one(docs, "Deployment", "hami-scheduler")["spec"]["template"]["spec"]["containers"]
+    container = containers(one(docs, "Deployment", "hami-scheduler"))["kube-scheduler"]
     assert ("--port=0" in container["command"]) is insecure_port_flag
     assert container["image"] == f"registry.k8s.io/kube-scheduler:v{version}"  # the cluster's, by default
 
@@ -98,6 +115,12 @@ BAD = {  # --set value -> what the error names
         "'/scheduler/kubeScheduler/percentageOfNodesToScore': maximum: got 101, want 100",
     "scheduler.kubeScheduler.percentageOfNodesToScore=all":
         "'/scheduler/kubeScheduler/percentageOfNodesToScore': got string, want integer",
+    "webhook.exemptNamespaces={Kube_System}": "'/webhook/exemptNamespaces/0'",
+    "webhook.exemptNamespaces=kube-system": "'/webhook/exemptNamespaces': got string, want array",
+    "webhook.namespaceSelector.matchExpressions[0].key=team": "'/webhook/namespaceSelector/matchExpressions/0'",
+    "webhook.namespaceSelector.matchNames={a}": "additional properties 'matchNames' not allowed",
+    "scheduler.networkPolicy.enabled=yes": "'/scheduler/networkPolicy/enabled': got string, want boolean",
+    "scheduler.networkPolicy.metricsFrom[0].nodeSelector.x=y": "additional properties 'nodeSelector' not allowed",
 }
 
 
@@ -142,6 +165,22 @@ def test_the_allocator_user_follows_the_release_namespace():
     assert one(docs, "ClusterRoleBinding", "mthreads-allocator")["subjects"][0]["namespace"] == "gpu-system"
 
 
+@pytest.mark.parametrize("mode, account", [("allocator", "mthreads-allocator"), ("extender", "mthreads-scheduler")])
+def test_the_allocator_user_is_the_account_of_the_pods_that_bind(mode, account):
+    """Rule 10 lets only allocator.user write the allocation annotations: the chart fills in the
+    ServiceAccount of the container that binds (the allocator, or the extender, which runs in
+    kube-scheduler's pod), so the Binding it posts is let through and nobody else's is."""
+    docs = render("--set", f"mode={mode}", namespace="gpu-system")
+    user = config_of(docs)["allocator"]["user"]
+    assert user == f"system:serviceaccount:gpu-system:{account}"
+    deploy = one(docs, "Deployment", "hami-scheduler")
+    assert {"allocator": "allocator", "extender": "extender"}[mode] in containers(deploy)
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == account
+    # a value given is kept as given
+    given = render("--set", f"mode={mode}", "--set", "allocator.user=system:serviceaccount:x:y")
+    assert config_of(given)["allocator"]["user"] == "system:serviceaccount:x:y"
+
+
 @pytest.mark.parametrize("values, capacities", [
     ([], [96]), (["-f", str(EXAMPLES / "values-s5000.yaml")], [160]),
     (["-f", str(EXAMPLES / "values-mixed.yaml")], [96, 160])])
@@ -160,8 +199,7 @@ def checksums(docs):
 def test_a_config_change_rolls_every_pod_that_reads_it(mode):
     before = checksums(render("--set", f"mode={mode}"))
     after = checksums(render("--set", f"mode={mode}", "-f", str(EXAMPLES / "values-s5000.yaml")))
-    assert set(before) == set(after) == {"allocator": {"mthreads-webhook", "hami-scheduler"},
-                                         "extender": {"mthreads-webhook", "mthreads-extender"}}[mode]
+    assert set(before) == set(after) == {"mthreads-webhook", "hami-scheduler"}
     for name in before:
         assert before[name] != after[name], f"{name} would keep running the old config"
 
@@ -177,8 +215,7 @@ def test_the_scheduler_deployment_keeps_its_selector_across_modes():
 def test_the_scheduler_deployment_is_named_as_the_document_restarts_it():
     for mode in ("allocator", "extender"):
         deploy = one(render("--set", f"mode={mode}"), "Deployment", "hami-scheduler")
-        (container,) = deploy["spec"]["template"]["spec"]["containers"]
-        assert container["name"] == {"allocator": "allocator", "extender": "kube-scheduler"}[mode]
+        assert list(containers(deploy)) == {"allocator": ["allocator"], "extender": ["kube-scheduler", "extender"]}[mode]
 
 
 # --- certificates ---------------------------------------------------------------------------
@@ -256,6 +293,220 @@ def test_network_policy_admits_only_the_api_server_to_the_webhook_port():
     assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
 
 
+def test_a_metrics_peer_is_either_an_address_block_or_selectors(tmp_path):
+    """NetworkPolicy refuses a peer with an ipBlock and a selector; the chart does at once."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"scheduler": {"networkPolicy": {"enabled": True, "metricsFrom": [
+        {"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {"matchLabels": {"app": "prometheus"}}}]}}}))
+    out = helm("template", "hami", str(CHART), "-f", str(values))
+    assert out.returncode != 0
+    assert "'/scheduler/networkPolicy/metricsFrom/0': maxProperties: got 2, want 1" in out.stderr
+
+
+@pytest.mark.parametrize("mode", ["allocator", "extender"])
+def test_the_scheduler_network_policy_admits_only_the_scrapers_to_the_metrics_port(mode):
+    assert not [d for d in render("--set", f"mode={mode}") if d["kind"] == "NetworkPolicy"]
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
+             {"ipBlock": {"cidr": "10.1.0.0/16"}}]
+    docs = render("--set", f"mode={mode}", "--set", "scheduler.networkPolicy.enabled=true",
+                  "--set-json", f"scheduler.networkPolicy.metricsFrom={json.dumps(peers)}")
+    policy = one(docs, "NetworkPolicy", "hami-scheduler")["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]  # one rule: these peers, this port, nothing else
+    assert rule["from"] == peers
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9090}]
+    deploy = one(docs, "Deployment", "hami-scheduler")
+    assert selector_matches(policy["podSelector"], deploy["spec"]["template"]["metadata"]["labels"])
+    # the port admitted is the one that serves /metrics, and the only port of the pod's own
+    metrics = [p for c in containers(deploy).values() for p in c.get("ports", []) if p["name"] == "metrics"]
+    assert metrics == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    # the webhook's pods are not this policy's (they have their own)
+    webhook = one(docs, "Deployment", "mthreads-webhook")["spec"]["template"]["metadata"]["labels"]
+    assert not selector_matches(policy["podSelector"], webhook)
+
+
+def test_the_scheduler_network_policy_without_scrapers_admits_nothing():
+    policy = one(render("--set", "mode=extender", "--set", "scheduler.networkPolicy.enabled=true"),
+                 "NetworkPolicy", "hami-scheduler")["spec"]
+    assert policy["policyTypes"] == ["Ingress"] and policy["ingress"] == []
+
+
+# --- extender mode: the verbs reachable by kube-scheduler alone -----------------------------------
+
+@pytest.mark.parametrize("version", ["1.20.2", "1.25.0", "1.34.0"])
+def test_the_extender_is_reachable_by_its_kube_scheduler_alone(version):
+    """The extender is a container of kube-scheduler's pod: its verbs listen on the pod's
+    loopback, kube-scheduler calls them there, and nothing routes to them from outside."""
+    docs = render("--set", "mode=extender", kube_version=version)
+    deploy = one(docs, "Deployment", "hami-scheduler")
+    pod = deploy["spec"]["template"]
+    assert list(containers(deploy)) == ["kube-scheduler", "extender"]
+    extender = containers(deploy)["extender"]
+    assert extender["args"][0] == "extender"
+    binds = [a for a in extender["args"] if a.startswith("--bind=")]
+    assert binds == ["--bind=127.0.0.1:8888"]  # the verbs: loopback only
+    assert "--metrics-bind=0.0.0.0:9090" in extender["args"]  # GET /metrics, /healthz, /readyz only
+    assert [p["containerPort"] for p in extender["ports"]] == [9090]
+    for probe in ("readinessProbe", "livenessProbe"):  # probes never touch the verbs' port
+        assert extender[probe]["httpGet"]["port"] == "metrics"
+    assert pod["spec"].get("hostNetwork") is not True  # loopback is the pod's own
+
+    ext, = scheduler_config(docs)["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:8888"
+    assert ext["enableHTTPS"] is False  # plain HTTP is fine on the pod's loopback
+
+    # no Service, Ingress or other Deployment leads to the extender
+    assert not [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "mthreads-extender"]
+    assert not [d for d in docs if d["kind"] == "Ingress"]
+    for service in (d for d in docs if d["kind"] == "Service"):
+        assert service["metadata"]["name"] == "mthreads-webhook"
+        assert not selector_matches({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
+        assert 8888 not in [p.get("targetPort") for p in service["spec"]["ports"]]
+    assert not list(ports_named(docs, 8888)), "the verbs' port is declared to the network"
+
+
+def ports_named(node, number):
+    """Every port field (port, containerPort, targetPort, hostPort) of `node` that is `number`."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("port", "containerPort", "targetPort", "hostPort") and value == number:
+                yield key
+            yield from ports_named(value, number)
+    elif isinstance(node, list):
+        for item in node:
+            yield from ports_named(item, number)
+
+
+def test_each_scheduler_replica_runs_its_own_extender():
+    deploy = one(render("--set", "mode=extender", "--set", "scheduler.replicas=3"), "Deployment", "hami-scheduler")
+    assert deploy["spec"]["replicas"] == 3 and "extender" in containers(deploy)
+    conf = scheduler_config(render("--set", "mode=extender"))
+    assert conf["leaderElection"]["leaderElect"] is True  # only the leader schedules, so calls its extender
+
+
+# --- RBAC per mode ----------------------------------------------------------------------------
+
+def rule_set(rules: list[dict]) -> set[tuple]:
+    return {(group, resource, verb, tuple(r.get("resourceNames", [])))
+            for r in rules for group in r["apiGroups"] for resource in r["resources"] for verb in r["verbs"]}
+
+
+def bindings(docs: list[dict]) -> dict[tuple, tuple]:
+    """(kind, name, namespace) of each binding -> (role kind, role name, subjects)."""
+    return {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")):
+            (d["roleRef"]["kind"], d["roleRef"]["name"],
+             tuple((s["kind"], s["name"], s.get("namespace")) for s in d["subjects"]))
+            for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")}
+
+
+LEASES = "coordination.k8s.io"
+
+
+def test_allocator_mode_grants_the_allocator_exactly_what_it_calls():
+    docs = render(namespace="gpu-system")
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"} == \
+        {"mthreads-webhook", "mthreads-allocator"}
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"} == {"mthreads-allocator"}
+    assert rule_set(one(docs, "ClusterRole", "mthreads-allocator")["rules"]) == {
+        ("", "pods", "get", ()), ("", "pods", "list", ()), ("", "pods", "watch", ()),  # no patch
+        ("", "pods/binding", "create", ()),
+        ("", "pods/status", "patch", ()),
+        ("", "nodes", "get", ()), ("", "nodes", "list", ()), ("", "nodes", "watch", ()),
+        ("", "events", "create", ()), ("", "events", "patch", ())}
+    assert rule_set(one(docs, "Role", "mthreads-allocator-leader-election")["rules"]) == {
+        (LEASES, "leases", "create", ()), (LEASES, "leases", "get", ("mthreads-allocator",)),
+        (LEASES, "leases", "update", ("mthreads-allocator",))}
+    sa = (("ServiceAccount", "mthreads-allocator", "gpu-system"),)
+    assert bindings(docs) == {
+        ("ClusterRoleBinding", "mthreads-allocator", None): ("ClusterRole", "mthreads-allocator", sa),
+        ("RoleBinding", "mthreads-allocator-leader-election", "gpu-system"):
+            ("Role", "mthreads-allocator-leader-election", sa)}
+    assert one(docs, "Role", "mthreads-allocator-leader-election")["metadata"]["namespace"] == "gpu-system"
+
+
+def test_extender_mode_has_no_allocator_identity_and_adds_only_the_requeue_to_kube_scheduler():
+    docs = render("--set", "mode=extender", namespace="gpu-system")
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"} == \
+        {"mthreads-webhook", "mthreads-scheduler"}
+    assert "mthreads-allocator" not in yaml.safe_dump_all(
+        [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                          "RoleBinding", "Deployment")])
+    # kube-scheduler's built-in roles hold every read and write of the extender (pods and nodes
+    # read, pods/binding create) but the requeue's merge patch of a pending pod: that alone is ours.
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"} == {"mthreads-extender"}
+    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {("", "pods", "patch", ())}
+    assert rule_set(one(docs, "Role", "mthreads-scheduler-leader-election")["rules"]) == {
+        (LEASES, "leases", "create", ()), (LEASES, "leases", "get", ("mthreads-scheduler",)),
+        (LEASES, "leases", "update", ("mthreads-scheduler",))}
+    sa = (("ServiceAccount", "mthreads-scheduler", "gpu-system"),)
+    assert bindings(docs) == {
+        ("ClusterRoleBinding", "mthreads-scheduler", None): ("ClusterRole", "system:kube-scheduler", sa),
+        ("ClusterRoleBinding", "mthreads-scheduler-volumes", None): ("ClusterRole", "system:volume-scheduler", sa),
+        ("ClusterRoleBinding", "mthreads-extender", None): ("ClusterRole", "mthreads-extender", sa),
+        ("RoleBinding", "mthreads-scheduler-leader-election", "gpu-system"):
+            ("Role", "mthreads-scheduler-leader-election", sa),
+        ("RoleBinding", "mthreads-scheduler-authentication-reader", "kube-system"):
+            ("Role", "extension-apiserver-authentication-reader", sa)}
+
+
+# --- which namespaces the webhook sees ------------------------------------------------------------
+
+def webhook_entries(docs: list[dict]) -> list[dict]:
+    return [hook for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+            for hook in one(docs, kind, "mthreads-webhook")["webhooks"]]
+
+
+def namespace(name: str, **labels: str) -> dict:
+    """A namespace's labels as a 1.21+ API server stores them."""
+    return {"kubernetes.io/metadata.name": name, **labels}
+
+
+@pytest.mark.parametrize("version", ["1.21.0", "1.25.0", "1.34.0"])
+def test_from_1_21_namespaces_are_exempt_by_their_immutable_name(version):
+    docs = render(kube_version=version, namespace="gpu-system")
+    entries = webhook_entries(docs)
+    assert len(entries) == 4
+    for hook in entries:  # every entry, the fail-open ones included
+        selector = hook["namespaceSelector"]
+        assert selector == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                  "values": ["kube-system", "gpu-system"]}]}
+        assert not selector_matches(selector, namespace("kube-system"))
+        assert not selector_matches(selector, namespace("gpu-system"))  # the release's own
+        assert selector_matches(selector, namespace("team"))
+        # the label anyone who may label a namespace can set no longer opts out
+        assert selector_matches(selector, namespace("team", **{"hami.io/webhook": "ignore"}))
+
+
+def test_the_exempt_namespaces_are_a_value_and_the_selector_narrows():
+    docs = render("--set", "webhook.exemptNamespaces={kube-system,cert-manager}",
+                  "--set", "webhook.namespaceSelector.matchLabels.gpu=yes", kube_version="1.25.0")
+    for hook in webhook_entries(docs):
+        selector = hook["namespaceSelector"]
+        assert selector["matchExpressions"][0]["values"] == ["kube-system", "cert-manager"]
+        assert not selector_matches(selector, namespace("cert-manager", gpu="yes"))
+        assert not selector_matches(selector, namespace("team"))  # narrowed: only gpu=yes
+        assert selector_matches(selector, namespace("team", gpu="yes"))
+    # the release's namespace is added once, whether listed or not
+    for values, ns, exempt in ((["--set-json", "webhook.exemptNamespaces=[]"], "gpu-system", ["gpu-system"]),
+                               ([], "kube-system", ["kube-system"])):
+        docs = render(*values, kube_version="1.25.0", namespace=ns)
+        assert webhook_entries(docs)[0]["namespaceSelector"]["matchExpressions"][0]["values"] == exempt
+
+
+def test_on_1_20_the_label_is_the_opt_out():
+    """1.20 namespaces carry no kubernetes.io/metadata.name (a label there is the namespace
+    creator's to set, so the name would be forgeable): the hami.io/webhook=ignore label stays."""
+    for hook in webhook_entries(render(kube_version="1.20.2")):
+        selector = hook["namespaceSelector"]
+        assert selector == {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn",
+                                                  "values": ["ignore"]}]}
+        assert not selector_matches(selector, {"hami.io/webhook": "ignore"})
+        assert selector_matches(selector, {})
+        # a forged name label exempts nothing on 1.20
+        assert selector_matches(selector, {"kubernetes.io/metadata.name": "kube-system"})
+
+
 # --- monitoring -----------------------------------------------------------------------------
 
 MONITORING = CHART / "files" / "monitoring"
@@ -270,7 +521,7 @@ def test_the_dashboard_configmap_carries_the_dashboard_file_for_grafanas_sidecar
 
 
 @pytest.mark.parametrize("mode, placer, component, port", [
-    ("allocator", "allocator", "scheduler", "metrics"), ("extender", "extender", "extender", "http")])
+    ("allocator", "allocator", "scheduler", "metrics"), ("extender", "extender", "scheduler", "metrics")])
 def test_operator_objects_follow_the_rules_file_and_select_the_chart_pods(mode, placer, component, port):
     assert not [d for d in render() if d["apiVersion"].startswith("monitoring.coreos.com/")]
     docs = render("--set", f"mode={mode}", "--set", "monitoring.prometheusRule.enabled=true",

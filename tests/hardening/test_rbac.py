@@ -1,4 +1,7 @@
-"""The RBAC of manifests/base, applied to an API server and checked with `kubectl auth can-i`.
+"""The RBAC of manifests/base (allocator mode) and manifests/extender (extender mode), applied
+to an API server and checked with `kubectl auth can-i`. The two modes have disjoint identities
+(mthreads-allocator; mthreads-scheduler, which kube-scheduler and its extender container share),
+so both are applied to one API server; tests/chart checks that each mode renders only its own.
 
 This module starts an etcd + kube-apiserver of its own: the session's cluster is shared with
 the allocator tests, which grant the same allocator identity rights of their own (and a
@@ -7,6 +10,7 @@ ClusterRole of the same name), so answers there would not be the manifests' alon
 
 from __future__ import annotations
 
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,22 +26,35 @@ pytestmark = pytest.mark.cluster
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 ALLOCATOR_SA = "system:serviceaccount:kube-system:mthreads-allocator"
+SCHEDULER_SA = "system:serviceaccount:kube-system:mthreads-scheduler"  # kube-scheduler + extender
 WEBHOOK_SA = "system:serviceaccount:kube-system:mthreads-webhook"
 NOBODY_SA = "system:serviceaccount:kube-system:nobody-at-all"  # bound to nothing: the baseline
+# bound to kube-scheduler's built-in roles alone: what any kube-scheduler holds
+REFERENCE_SCHEDULER = ("kube-system", "reference-kube-scheduler")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     c = LocalCluster(tmp_path_factory.mktemp("rbac-kube")).start()
     try:
-        docs = [d for d in rendered_manifests() if d["kind"] in RBAC_KINDS]
-        assert {d["kind"] for d in docs} == set(RBAC_KINDS)
+        docs = {}  # one of each object: both modes have the webhook's ServiceAccount
+        for directory in ("manifests/base", "manifests/extender"):
+            mode = [d for d in rendered_manifests(directory) if d["kind"] in RBAC_KINDS]
+            assert {d["kind"] for d in mode} == set(RBAC_KINDS), directory
+            docs.update({(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")): d for d in mode})
+        docs = list(docs.values())
         assert kubectl(c, ADMIN, "create", "namespace", "other").returncode == 0
         out = kubectl(c, ADMIN, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
         assert out.returncode == 0, out.stderr
+        ns, name = REFERENCE_SCHEDULER
+        assert kubectl(c, ADMIN, "create", "serviceaccount", name, "-n", ns).returncode == 0
+        for role in ("system:kube-scheduler", "system:volume-scheduler"):
+            out = kubectl(c, ADMIN, "create", "clusterrolebinding", f"reference-{role.split(':')[1]}",
+                          f"--clusterrole={role}", f"--serviceaccount={ns}:{name}")
+            assert out.returncode == 0, out.stderr
         c.admin_kubeconfig = str(c.kubeconfig(ADMIN))
         # the authorizer's cache catches up in a moment
-        wait_for(lambda: can_i(c, ALLOCATOR_SA, "list", "pods") is True, 10,
+        wait_for(lambda: can_i(c, ALLOCATOR_SA, "list", "pods") and can_i(c, SCHEDULER_SA, "patch", "pods"), 10,
                  what="the manifests' RBAC taking effect")
         yield c
     finally:
@@ -66,7 +83,7 @@ ALLOCATOR_MUST = [
     ("list", "nodes"),
     ("watch", "nodes"),
     ("create", "events", "-n", "default"),
-    ("create", "events.events.k8s.io", "-n", "default"),
+    ("patch", "events", "-n", "default"),
     ("get", f"{LEASE}/mthreads-allocator", "-n", "kube-system"),
     ("update", f"{LEASE}/mthreads-allocator", "-n", "kube-system"),
     ("create", LEASE, "-n", "kube-system"),
@@ -75,6 +92,9 @@ ALLOCATOR_MUST_NOT = [
     ("create", "pods", "-n", "default"),
     ("delete", "pods", "-n", "default"),
     ("update", "pods", "-n", "default"),
+    ("patch", "pods", "-n", "default"),  # it never writes a pod itself, only Bindings
+    ("update", "pods", "--subresource=status", "-n", "default"),  # its condition is a patch
+    ("create", "events.events.k8s.io", "-n", "default"),  # it writes core events only
     ("update", "nodes"),
     ("patch", "nodes"),
     ("delete", "nodes"),
@@ -89,6 +109,41 @@ ALLOCATOR_MUST_NOT = [
     ("get", f"{LEASE}/mthreads-allocator", "-n", "other"),
     ("update", f"{LEASE}/mthreads-allocator", "-n", "other"),
     ("create", LEASE, "-n", "other"),
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("create", "serviceaccounts", "--subresource=token", "-n", "kube-system"),
+    ("impersonate", "users"),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    ("bind", "clusterroles.rbac.authorization.k8s.io"),
+    ("*", "*"),
+]
+# kube-scheduler's built-in roles (system:kube-scheduler, system:volume-scheduler) hold what a
+# scheduler needs, pods delete for preemption among it; the chart adds the requeue's pod patch
+# and its own Lease.
+SCHEDULER_MUST = [
+    ("list", "pods", "--all-namespaces"),
+    ("watch", "pods", "--all-namespaces"),
+    ("get", "pods", "-n", "default"),
+    ("patch", "pods", "-n", "default"),  # the extender's requeue
+    ("create", "pods", "--subresource=binding", "-n", "default"),
+    ("list", "nodes"),
+    ("watch", "nodes"),
+    ("get", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
+    ("update", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
+]
+SCHEDULER_MUST_NOT = [
+    ("create", "pods", "-n", "default"),
+    ("update", "pods", "-n", "default"),
+    ("update", "nodes"),
+    ("patch", "nodes"),
+    ("delete", "nodes"),
+    ("patch", "nodes", "--subresource=status"),
+    ("get", "secrets", "-n", "kube-system"),
+    ("list", "secrets", "--all-namespaces"),
+    ("get", "configmaps", "-n", "default"),
+    ("update", f"{LEASE}/mthreads-allocator", "-n", "kube-system"),
+    ("update", f"{LEASE}/mthreads-scheduler", "-n", "other"),
+    ("delete", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
     ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
     ("create", "serviceaccounts", "--subresource=token", "-n", "kube-system"),
@@ -118,6 +173,7 @@ WEBHOOK_MUST_NOT = [
 def answers(cluster) -> dict:
     """Every `kubectl auth can-i` below, asked a few at a time (each kubectl takes a while)."""
     questions = [(ALLOCATOR_SA, a) for a in ALLOCATOR_MUST + ALLOCATOR_MUST_NOT] + \
+        [(SCHEDULER_SA, a) for a in SCHEDULER_MUST + SCHEDULER_MUST_NOT] + \
         [(WEBHOOK_SA, a) for a in WEBHOOK_MUST_NOT]
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = pool.map(lambda q: can_i(cluster, q[0], *q[1]), questions)
@@ -132,6 +188,16 @@ def test_the_allocator_may(answers, args):
 @pytest.mark.parametrize("args", ALLOCATOR_MUST_NOT, ids=" ".join)
 def test_the_allocator_may_not(answers, args):
     assert not answers[ALLOCATOR_SA, args]
+
+
+@pytest.mark.parametrize("args", SCHEDULER_MUST, ids=" ".join)
+def test_kube_scheduler_and_its_extender_may(answers, args):
+    assert answers[SCHEDULER_SA, args]
+
+
+@pytest.mark.parametrize("args", SCHEDULER_MUST_NOT, ids=" ".join)
+def test_kube_scheduler_and_its_extender_may_not(answers, args):
+    assert not answers[SCHEDULER_SA, args]
 
 
 @pytest.mark.parametrize("args", WEBHOOK_MUST_NOT, ids=" ".join)
@@ -149,8 +215,40 @@ def test_the_webhook_has_nothing_beyond_what_every_account_has(cluster):
     assert rights(ALLOCATOR_SA) != rights(NOBODY_SA)  # the check can tell
 
 
+def rules_of(cluster, user: str, namespace: str) -> set[tuple[str, str, str]]:
+    """`kubectl auth can-i --list` in `namespace` as (resource or URL, resource names, verb)."""
+    out = kubectl(cluster, ADMIN, "auth", "can-i", "--list", f"--as={user}", "-n", namespace)
+    assert out.returncode == 0, out.stderr
+    rules = set()
+    for line in out.stdout.splitlines()[1:]:
+        m = re.match(r"^(\S*)\s+\[(.*?)\]\s+\[(.*?)\]\s+\[(.*?)\]\s*$", line)
+        assert m, line
+        resource, urls, names, verbs = m.groups()
+        rules |= {(resource or urls, names, verb) for verb in verbs.split()}
+    return rules
+
+
+@pytest.mark.parametrize("namespace, added", [
+    ("default", {("pods", "", "patch")}),
+    ("kube-system", {("pods", "", "patch"),
+                     ("leases.coordination.k8s.io", "mthreads-scheduler", "get"),
+                     ("leases.coordination.k8s.io", "mthreads-scheduler", "update"),
+                     *(("configmaps", "extension-apiserver-authentication", v) for v in ("get", "list", "watch"))}),
+])
+def test_the_extender_mode_adds_to_kube_schedulers_roles_only_the_requeue_and_its_own_lease(cluster, namespace,
+                                                                                              added):
+    """Extender mode's identity (kube-scheduler and the extender, one pod) against an account
+    bound to kube-scheduler's built-in roles alone: beyond them, the requeue's pod patch, the
+    Lease mthreads-scheduler, and the authentication reader kube-scheduler's /healthz needs."""
+    ours = rules_of(cluster, SCHEDULER_SA, namespace)
+    builtin = rules_of(cluster, "system:serviceaccount:{}:{}".format(*REFERENCE_SCHEDULER), namespace)
+    assert ("pods/binding", "", "create") in builtin  # the extender's bind needs nothing of ours
+    assert ours - builtin == added
+    assert builtin <= ours
+
+
 def test_the_service_accounts_exist_and_the_webhook_mounts_no_token(cluster):
-    for name in ("mthreads-allocator", "mthreads-webhook"):
+    for name in ("mthreads-allocator", "mthreads-scheduler", "mthreads-webhook"):
         out = kubectl(cluster, ADMIN, "get", "serviceaccount", name, "-n", "kube-system", "-o", "yaml")
         assert out.returncode == 0, out.stderr
     webhook = yaml.safe_load(kubectl(cluster, ADMIN, "get", "serviceaccount", "mthreads-webhook",

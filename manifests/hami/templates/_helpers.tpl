@@ -17,9 +17,36 @@ app.kubernetes.io/component: {{ . }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* The identity allowed to write allocations: allocator.user, or the chart's ServiceAccount. */}}
+{{/* The ServiceAccount of the pods that bind with the allocation annotations: the allocator's
+(mode allocator), or kube-scheduler's pod, whose extender container binds (mode extender). */}}
+{{- define "hami.binderAccount" -}}
+{{ ternary "mthreads-scheduler" "mthreads-allocator" (eq .Values.mode "extender") }}
+{{- end }}
+
+{{/* The identity allowed to write allocations: allocator.user, or the binder's ServiceAccount. */}}
 {{- define "hami.allocatorUser" -}}
-{{ .Values.allocator.user | default (printf "system:serviceaccount:%s:mthreads-allocator" .Release.Namespace) }}
+{{ .Values.allocator.user | default (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "hami.binderAccount" .)) }}
+{{- end }}
+
+{{/* Which namespaces the webhook entries see. From 1.21 the API server labels every namespace
+kubernetes.io/metadata.name with its name, and nobody can change it: the exempt namespaces
+are left out by name (webhook.exemptNamespaces and the release's). Before 1.21 there is no such
+label, so the opt-out is the label hami.io/webhook=ignore, which whoever may label a namespace
+can set. webhook.namespaceSelector narrows either further. */}}
+{{- define "hami.namespaceSelector" -}}
+{{- $w := .Values.webhook -}}
+{{- $expressions := list -}}
+{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version }}
+{{- $exempt := uniq (append $w.exemptNamespaces .Release.Namespace) -}}
+{{- $expressions = append $expressions (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $exempt) -}}
+{{- else }}
+{{- $expressions = append $expressions (dict "key" "hami.io/webhook" "operator" "NotIn" "values" (list "ignore")) -}}
+{{- end }}
+{{- $selector := dict "matchExpressions" (concat $expressions ($w.namespaceSelector.matchExpressions | default list)) -}}
+{{- with $w.namespaceSelector.matchLabels }}
+{{- $_ := set $selector "matchLabels" . -}}
+{{- end }}
+{{- toYaml $selector }}
 {{- end }}
 
 {{/* The config file the pods read: .Values at the same paths, nothing else (SPEC section 2). */}}
@@ -126,7 +153,9 @@ percentageOfNodesToScore: {{ .Values.scheduler.kubeScheduler.percentageOfNodesTo
 profiles:
   - schedulerName: {{ .Values.schedulerName }}
 extenders:
-  - urlPrefix: http://mthreads-extender.{{ .Release.Namespace }}.svc:8888
+  # The extender is a container of this kube-scheduler's own pod, listening on loopback only:
+  # nothing outside the pod can reach its verbs, and no Service exists for them.
+  - urlPrefix: http://127.0.0.1:8888
     filterVerb: filter
     prioritizeVerb: prioritize
     # Preemption that knows the cards: the extender names the card holders to evict.
