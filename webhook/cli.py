@@ -124,8 +124,8 @@ def _allocate(args) -> int:
 def _extender(args) -> int:
     from .extender.main import run
     config = load_config(args.config)
-    check_loopback("--bind", args.bind)
     check_bind("--bind", args.bind)
+    check_loopback("--bind", args.bind)
     if args.metrics_bind:
         check_bind("--metrics-bind", args.metrics_bind)
     return run(config, _cluster(args), args.bind, args.metrics_bind or None)

@@ -13,7 +13,8 @@ from .console import assert_one_line, listening_socket, run_console, write_kubec
 USAGE, FAILED = 2, 1
 
 # (command, the flag that names its listening address)
-SERVERS = [(["serve"], "--bind"), (["extender"], "--bind"), (["allocate"], "--metrics-bind")]
+SERVERS = [(["serve"], "--bind"), (["extender"], "--bind"), (["extender"], "--metrics-bind"),
+           (["allocate"], "--metrics-bind")]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,13 @@ CLUSTER_COMMANDS = [["allocate", "--metrics-bind", "127.0.0.1:0"],
 def test_bad_bind_address_is_a_usage_error(tmp_path, certificate, command, flag, address, words):
     out = run_console([*with_certificate(command, certificate), flag, address], tmp_path)
     assert_one_line(out, USAGE, flag, address, words)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:0", ":0", "[::]:0"])
+def test_the_extenders_verbs_listen_on_loopback_only(tmp_path, address):
+    """Its verbs reserve and bind for whoever connects (docs/extender.md)."""
+    out = run_console(["extender", "--bind", address], tmp_path)
+    assert_one_line(out, USAGE, "--bind", address, "must listen on a loopback address")
 
 
 @pytest.mark.parametrize("command, flag", SERVERS, ids=lambda v: v if isinstance(v, str) else v[0])
