@@ -22,8 +22,9 @@ import requests
 import urllib3
 import yaml
 
-from tests.chart.helm import CHART, EXAMPLES, REPO_ROOT, helm, render
-from tests.harness.kube import ADMIN, ALICE, LocalCluster
+from tests.builders import sched_pod, slice_
+from tests.chart.helm import CHART, EXAMPLES, REPO_ROOT, config_of, helm, one, render
+from tests.harness.kube import ADMIN, ALICE, FakeFleet, LocalCluster, bound_pod, free_ports
 from tests.harness.kubectl import kubectl
 from tests.harness.process import LoggedProcess
 from tests.harness.wait import wait_for
@@ -308,3 +309,91 @@ def test_switching_modes_swaps_the_identities(cluster, helm_run):
     finally:
         uninstall = helm_run("uninstall", "hami", "-n", NS)
     assert uninstall.returncode == 0, uninstall.stderr
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def loopback(args: list[str], ports: dict[str, int]) -> list[str]:
+    """The rendered args with each port moved to a free one on 127.0.0.1 (tests listen on
+    loopback only); anything else as rendered."""
+    out = []
+    for arg in args:
+        for flag, port in ports.items():
+            if arg.startswith(f"{flag}="):
+                host = arg.split("=", 1)[1].rsplit(":", 1)[0]
+                assert host in ("127.0.0.1", "0.0.0.0"), arg
+                arg = f"{flag}=127.0.0.1:{port}"
+        out.append(arg)
+    return out
+
+
+def test_the_extender_mode_pod_as_rendered_binds_with_the_charts_rights_alone(cluster, tmp_path):
+    """kube-scheduler and the extender, run by hand with the rendered configuration and args,
+    each as the chart's ServiceAccount with only the chart's RBAC (this module's own API server):
+    a Mthreads pod is placed and bound with its cards, through the extender's verbs on loopback;
+    the metrics listener answers /metrics and /readyz and no verb."""
+    docs = render("--set", "mode=extender")
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS]
+    applied = kubectl(cluster, ADMIN, "apply", "-f", "-", stdin=yaml.safe_dump_all(rbac))
+    assert applied.returncode == 0, applied.stderr
+    procs: list[LoggedProcess] = []
+    fleet = FakeFleet(cluster.api_client(ADMIN), "chart-ext")
+    try:
+        token = kubectl(cluster, ADMIN, "create", "token", "mthreads-scheduler", "-n", NS)
+        assert token.returncode == 0, token.stderr
+        kubeconfig = yaml.safe_load(cluster.kubeconfig(ADMIN).read_text())
+        kubeconfig["users"][0]["user"] = {"token": token.stdout.strip()}
+        as_scheduler = tmp_path / "kubeconfig-mthreads-scheduler.yaml"
+        as_scheduler.write_text(yaml.safe_dump(kubeconfig))
+        as_scheduler.chmod(0o600)
+
+        deploy = one(docs, "Deployment", "hami-scheduler")["spec"]["template"]["spec"]
+        (kube_scheduler, extender) = deploy["containers"]
+        verbs, metrics = free_ports(2)
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump(config_of(docs)))
+        assert config_of(docs)["allocator"]["user"] == SCHEDULER_SA
+        args = loopback(extender["args"], {"--bind": verbs, "--metrics-bind": metrics})
+        args = [f"--config={config}" if a.startswith("--config=") else a for a in args]
+        cli = str(Path(sys.executable).parent / "mthreads-webhook")
+        procs.append(LoggedProcess([cli, *args, f"--kubeconfig={as_scheduler}"], tmp_path / "extender.log").start())
+        wait_for(lambda: requests.get(f"http://127.0.0.1:{metrics}/readyz", timeout=2).ok, 60, 0.3,
+                 what="the extender ready", alive=procs[0], retry_on=(requests.RequestException,))
+        page = requests.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5)
+        assert page.status_code == 200 and "hami_" in page.text
+        for verb in ("filter", "prioritize", "preempt", "bind"):  # not on the metrics listener
+            assert requests.post(f"http://127.0.0.1:{metrics}/{verb}", json={}, timeout=5).status_code in (404, 405)
+
+        sched = yaml.safe_load(one(docs, "ConfigMap", "mthreads-scheduler-config")["data"]["scheduler-config.yaml"])
+        assert sched["extenders"][0]["urlPrefix"] == "http://127.0.0.1:8888"
+        sched["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{verbs}"
+        sched["clientConnection"] = {"kubeconfig": str(as_scheduler)}
+        sched_file = tmp_path / "scheduler-config.yaml"
+        sched_file.write_text(yaml.safe_dump(sched))
+        command = [f"--config={sched_file}" if a.startswith("--config=") else
+                   "--secure-port=0" if a.startswith("--secure-port=") else a
+                   for a in kube_scheduler["command"][1:]]  # --port=0 as rendered for 1.20
+        procs.append(LoggedProcess([str(cluster.kube_scheduler_path), *command], tmp_path / "kube-scheduler.log").start())
+
+        (node,) = fleet(2, 96)
+        made = kubectl(cluster, ADMIN, "create", "namespace", "chart-extender")
+        assert made.returncode == 0, made.stderr
+        pod = sched_pod(slice_(32, 8, name="a"), name="slice", namespace="chart-extender")
+        pod["metadata"].pop("uid")
+        created = kubectl(cluster, ADMIN, "create", "-f", "-", stdin=json.dumps(pod))
+        assert created.returncode == 0, created.stderr
+        admin = cluster.api_client(ADMIN)
+        bound = wait_for(lambda: bound_pod(admin, "chart-extender", "slice"), 60, 0.5,
+                         what=lambda: "the pod bound: " + procs[1].tail(10) + procs[0].tail(10))
+        assert bound["spec"]["nodeName"] == node
+        assert bound["metadata"]["annotations"]["hami.io/mthreads-vgpu-devices-allocated"].startswith(f"{node}-mthreads-")
+        lease = get(cluster, "lease", "mthreads-scheduler", "-n", NS)  # kube-scheduler led with its own Lease
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        for proc in reversed(procs):
+            proc.stop(15)
+        fleet.delete()
+        kubectl(cluster, ADMIN, "delete", "namespace", "chart-extender", "--ignore-not-found", "--wait=false")
+        kubectl(cluster, ADMIN, "delete", "lease", "mthreads-scheduler", "-n", NS, "--ignore-not-found")
+        kubectl(cluster, ADMIN, "delete", "-f", "-", "--ignore-not-found", stdin=yaml.safe_dump_all(rbac))
