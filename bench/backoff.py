@@ -44,8 +44,10 @@ WINDOW, WARMUP, ROUNDS = 20.0, 15.0, 3
 WAIT_BOUND = 60.0  # seconds a churning client waits for its pod; then it stops
 RATIO_GOAL = 0.70  # after: ordinary pods/s with the ten costly pods / without
 AFFINITY = "node(s) didn't match Pod's node affinity/selector"
-# The allocator of the "before" rows: the same code with the backoff set to zero.
+# The allocator of the "before" rows: the same code with the backoff set to zero (the loop
+# reads these two names when it starts; the assert stops a run where it no longer does).
 NO_BACKOFF = ("import sys; from webhook.allocator import loop; "
+              "assert {'POD_INITIAL_BACKOFF', 'POD_MAX_BACKOFF'} <= set(vars(loop)); "
               "loop.POD_INITIAL_BACKOFF = loop.POD_MAX_BACKOFF = 0.0; "
               "from webhook.cli import main; sys.exit(main(['allocate', *sys.argv[1:]]))")
 VARIANTS = ("before", "after")
