@@ -18,6 +18,19 @@ and moves everything a client can make slow to the worker's event loop, non-bloc
 - at most MAX_PER_PEER connections from one address (more are closed on accept), at most
   `worker_connections` in all (gthread stops accepting; the kernel's backlog holds the rest).
 
+One peer cannot delay another's reviews (issue 32, item 6: 16 connections sending 2.5 MB
+reviews back to back made another client's calls take 2-5 s, with 32 up to 16 s):
+- requests read in full wait for a thread in a FairQueue, not in the thread pool's
+  first-come queue: a free thread takes the request of the waiting peer (address) with the
+  fewest requests running. While another peer is about (connected, or connected within
+  PRESENT_FOR), the last free thread is kept for a peer running nothing, so a newcomer's
+  request need not wait for a busy peer's review to end; a lone peer gets every thread;
+- the loop reads at most READ_PER_PEER_PER_TURN bytes of one peer per turn, so one peer's big
+  bodies do not hold it (and another peer's handshake) for long;
+- the worker's threads switch the GIL every SWITCH_INTERVAL, not every 5 ms: with the threads
+  busy on big reviews, each step of the loop (a handshake, a read) waited for the GIL that
+  long, once per busy thread.
+
 BudgetedSSLSocket bounds the rare reads a thread still makes (a pipelined request after the
 one prefetched, a head too long to prefetch): they share the request's deadline.
 """
@@ -28,7 +41,9 @@ import errno
 import json
 import selectors
 import ssl
+import sys
 import time
+from collections import OrderedDict, deque
 from functools import partial
 
 from gunicorn import sock as gunicorn_sock
@@ -46,6 +61,13 @@ MAX_HEAD = 64 * 1024  # a head longer than this is handed on for gunicorn to ref
 # closing with the client's bytes unread would reset the connection, and the answer with it.
 DRAIN_AFTER_ANSWER = 1024 * 1024
 _RECV = 64 * 1024  # a TLS record holds at most 16 KiB: one recv never returns more
+# Bytes the loop reads of one peer's connections in one turn (four TLS records): a 2 MB body
+# takes many turns, and every other peer's handshakes and requests are read between them.
+READ_PER_PEER_PER_TURN = 64 * 1024
+# A peer counts as about for this long after its last accepted connection (as long as a kept-
+# alive connection may idle): while another is about, a peer does not take the last free thread.
+PRESENT_FOR = 120.0
+SWITCH_INTERVAL = 0.001  # seconds; CPython's default is 0.005
 _MORE = object()  # _read's answer while a request is not complete
 
 
@@ -178,6 +200,60 @@ class RequestFramer:
             self._chunk_at = next_at
 
 
+class FairQueue:
+    """Requests read in full, waiting for a thread, per peer. The next one is the first
+    request of the waiting peer with the fewest requests running (a thread each); among
+    equals, the peer that has waited longest. The last free thread goes only to a peer running
+    nothing, unless no other peer is about. Pure bookkeeping: no sockets, no threads."""
+
+    def __init__(self) -> None:
+        self.waiting: OrderedDict[object, deque] = OrderedDict()  # longest-waiting peer first
+        self.running: dict[object, int] = {}
+        self.running_total = 0
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.waiting.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def push(self, peer, item) -> None:
+        queue = self.waiting.get(peer)
+        if queue is None:
+            queue = self.waiting[peer] = deque()
+        queue.append(item)
+
+    def pop(self, free: int, others_about=lambda peer: False):
+        """The next item to run on one of `free` threads, counted as running for its peer;
+        None if none waits or the last free thread is kept. `others_about(peer)`: whether a
+        peer other than `peer` is connected or was lately."""
+        if not self.waiting or free <= 0:
+            return None
+        # min() keeps the first of equals: the longest-waiting peer. A scan, not a heap: the
+        # peers waiting at once are few (each has a full request read).
+        peer = min(self.waiting, key=lambda p: self.running.get(p, 0))
+        if free == 1 and self.running.get(peer, 0) and others_about(peer):
+            return None  # every waiting peer runs something: keep the thread for a newcomer
+        queue = self.waiting[peer]
+        item = queue.popleft()
+        if queue:
+            self.waiting.move_to_end(peer)  # round-robin among peers running as many
+        else:
+            del self.waiting[peer]
+        self.running[peer] = self.running.get(peer, 0) + 1
+        self.running_total += 1
+        return item
+
+    def done(self, peer) -> None:
+        """An item of `peer` has finished running."""
+        left = self.running.get(peer, 0) - 1
+        if left > 0:
+            self.running[peer] = left
+        else:
+            self.running.pop(peer, None)
+        self.running_total -= 1
+
+
 class PeerConn(gthread.TConn):
     """A connection counted against its peer's bound until it is closed."""
 
@@ -214,6 +290,49 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
         super().__init__(*args, **kwargs)
         self.peers: dict[str, int] = {}
         self.prefetching: dict[PeerConn, None] = {}  # in deadline order (insertion order)
+        self.fair = FairQueue()  # requests read in full, waiting for a thread
+        self.read_this_turn: dict[str, int] = {}  # bytes per peer in this loop turn
+        self.accepted_at: dict[str, float] = {}  # per peer, its last accept; oldest first
+
+    def init_process(self):
+        sys.setswitchinterval(SWITCH_INTERVAL)  # in the worker: see the top
+        super().init_process()
+
+    def wait_for_and_dispatch_events(self, timeout):
+        self.read_this_turn.clear()
+        super().wait_for_and_dispatch_events(timeout)
+
+    def enqueue_req(self, conn):
+        """A request read in full: it waits for a thread in the fair queue, not in the pool's
+        first-come queue, where one peer's many requests would go before another's one."""
+        self.fair.push(conn.peer, conn)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while True:
+            conn = self.fair.pop(self.cfg.threads - self.fair.running_total, self._others_about)
+            if conn is None:
+                return
+            super().enqueue_req(conn)
+
+    def _others_about(self, peer) -> bool:
+        """Whether a peer other than `peer` has a connection open or had one accepted within
+        PRESENT_FOR: the API server's calls may come on new connections."""
+        return (len(self.peers) > (peer in self.peers)
+                or len(self.accepted_at) > (peer in self.accepted_at))
+
+    def _forget_departed_peers(self) -> None:
+        horizon = time.monotonic() - PRESENT_FOR
+        while self.accepted_at:
+            peer, at = next(iter(self.accepted_at.items()))
+            if at > horizon:
+                return
+            del self.accepted_at[peer]
+
+    def finish_request(self, conn, fs):
+        self.fair.done(conn.peer)
+        super().finish_request(conn, fs)  # may queue the connection's next request again
+        self._dispatch()
 
     def accept(self, listener):
         try:
@@ -237,6 +356,8 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
                 client.close()
                 return
         self.peers[peer] = held + 1
+        self.accepted_at.pop(peer, None)  # re-inserted last: the dict stays oldest first
+        self.accepted_at[peer] = time.monotonic()
         self.nr_conns += 1
         conn = PeerConn(self.cfg, client, addr, listener.getsockname(), self.peers, peer)
         self._prefetch(conn)
@@ -274,10 +395,11 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
             if not conn.handshaken:
                 sock.do_handshake()
                 conn.handshaken = True
-            while True:
+            while self._may_read(conn):
                 data = sock.recv(_RECV)
                 if not data:
                     return self._drop(conn)
+                self.read_this_turn[conn.peer] = self.read_this_turn.get(conn.peer, 0) + len(data)
                 if conn.draining:
                     conn.draining -= len(data)
                     if conn.draining <= 0:
@@ -293,6 +415,17 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
             return _MORE
         except (OSError, ValueError):  # a bad handshake, a reset
             return self._drop(conn)
+        return _MORE  # its peer has had its share of this turn: the next turn reads on
+
+    def _may_read(self, conn: PeerConn) -> bool:
+        """Whether to read on now: yes while the peer is under its bytes of this turn. Past
+        them the socket stays readable, so the next turn (at once: select finds it ready)
+        reads on, after every other peer's ready sockets have been read."""
+        if self.read_this_turn.get(conn.peer, 0) < READ_PER_PEER_PER_TURN:
+            return True
+        # Bytes already decrypted wake no select: read them now (none, as we read whole
+        # records; kept for safety).
+        return isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending() > 0
 
     def _hand_over(self, conn: PeerConn) -> None:
         self._release(conn)
@@ -325,6 +458,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
 
     def murder_pending(self):
         super().murder_pending()
+        self._forget_departed_peers()
         now = time.monotonic()
         while self.prefetching:
             conn = next(iter(self.prefetching))
