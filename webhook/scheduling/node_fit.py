@@ -41,12 +41,33 @@ def untolerated_taint(node: dict, tolerations: list) -> dict | None:
     return None
 
 
+# A long `values` list (a pod may name 60,000 hosts) is read as a set, made once per list and
+# kept while the list lives here: a decision reads the same pod's list for every node. An entry
+# holds its list, so its id cannot be another list's while it is kept.
+_SET_FROM = 16  # values; a shorter list is scanned
+_SETS_KEPT = 64
+_sets: dict[int, tuple[list, frozenset]] = {}
+
+
+def _lookup(values: list) -> list | frozenset:
+    if len(values) <= _SET_FROM:
+        return values
+    kept = _sets.get(id(values))
+    if kept is not None and kept[0] is values:
+        return kept[1]
+    if len(_sets) >= _SETS_KEPT:
+        _sets.pop(next(iter(_sets)), None)
+    found = frozenset(v for v in values if isinstance(v, str))  # a label value is a string
+    _sets[id(values)] = (values, found)
+    return found
+
+
 def _expression_matches(expr: dict, value: str | None) -> bool:
     op, values = expr.get("operator"), expr.get("values") or []
     if op == "In":
-        return value is not None and value in values
+        return value is not None and value in _lookup(values)
     if op == "NotIn":
-        return value is None or value not in values
+        return value is None or value not in _lookup(values)
     if op == "Exists":
         return value is not None
     if op == "DoesNotExist":
