@@ -23,7 +23,7 @@ import time
 import tracemalloc
 import uuid
 
-from webhook.scheduling.decide import Placement, decide
+from webhook.scheduling.decide import Placement, place
 from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import Config, MthreadsConfig
@@ -78,7 +78,7 @@ def make_pods(count: int) -> list[dict]:
 
 def decide_one(pod: dict, state: ClusterState) -> bool:
     ask = request_of(pod, CONFIG, FLEET)
-    result = decide(pod, ask.request, state, CONFIG, ask.need, ask.devices)
+    result = place(pod, ask, state, CONFIG)
     if isinstance(result, Placement):
         state.add(result.share)
         return True

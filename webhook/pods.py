@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Any
 
 from . import annotations as keys
@@ -24,10 +24,29 @@ MAX_CARDS_PER_POD = 64
 _PLAIN_INTEGER = re.compile(r"[1-9][0-9]{0,9}")
 
 
-class InvalidRequest(Exception):
-    """A pod the rules refuse; `rule` is the number in SPEC 3."""
+class Rule(IntEnum):
+    """The admission rules by name, numbered as SPEC 3 and docs/rules.md number them (a
+    denial's message and the rule metric's label carry the number)."""
 
-    def __init__(self, rule: int, message: str):
+    QUANTITY = 1  # a count, memory or core value that is not a plain positive integer
+    MEMORY_VALUE = 2  # a slice's memory outside the valid values of the configured models
+    CORE_VALUE = 3  # a slice's cores outside 1..16
+    ONE_CARD_SLICE = 4  # memory or cores without a count, or with more than one card
+    CORES_WITHOUT_MEMORY = 5
+    VENDOR_GPU_MIX = 6  # mthreads.com/gpu beside this project's resources
+    ONE_SHARED_CARD = 7  # the slices of a pod must fit one card of one model
+    HOST_REACH = 8  # privileged, SYS_ADMIN or a hostPath reaching every card of the node
+    PRESET_NODE = 9  # an Mthreads pod created with spec.nodeName set
+    ALLOCATION_WRITERS = 10  # allocation annotations written by anyone but the allocator
+    CARD_MODEL = 11  # mthreads.com/card-model naming no configured model
+    OPT_OUT = 12  # the opt-out label on an Mthreads pod
+    POLICY_ANNOTATIONS = 13  # a scheduling policy or card id the allocator does not know
+
+
+class InvalidRequest(Exception):
+    """A pod the rules refuse, and the rule it breaks."""
+
+    def __init__(self, rule: Rule, message: str):
         super().__init__(message)
         self.rule = rule
         self.message = message
@@ -159,7 +178,7 @@ def card_model(pod: dict, fleet: Fleet) -> str | None:
         return None
     model = ann[keys.CARD_MODEL]
     if not isinstance(model, str) or model not in fleet.by_name:
-        raise InvalidRequest(11, f"annotation {keys.CARD_MODEL}={model!r} names no configured card "
+        raise InvalidRequest(Rule.CARD_MODEL, f"annotation {keys.CARD_MODEL}={model!r} names no configured card "
                                  f"model; configured: {', '.join(fleet.by_name)}")
     return model
 
@@ -181,15 +200,15 @@ def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
     if count is None and memory is None and cores is None:
         return ContainerAsk(name, init, index, Kind.NONE, vendor_card=vendor_card)
     if vendor_card:
-        raise InvalidRequest(6, f"{_who(name)}: {VENDOR_WHOLE_GPU} cannot be combined with "
+        raise InvalidRequest(Rule.VENDOR_GPU_MIX, f"{_who(name)}: {VENDOR_WHOLE_GPU} cannot be combined with "
                                 f"{count_r}, {mem_r} or {core_r}")
     if count is not None and count > MAX_CARDS_PER_POD:
-        raise InvalidRequest(4, f"{_who(name)}: {count_r}={count} asks for more cards than one "
+        raise InvalidRequest(Rule.ONE_CARD_SLICE, f"{_who(name)}: {count_r}={count} asks for more cards than one "
                                 f"pod may hold (at most {MAX_CARDS_PER_POD}: a pod's cards are on "
                                 f"one node)")
     if count is None:
         given = mem_r if memory is not None else core_r
-        raise InvalidRequest(4, f"{_who(name)}: {given} is set without {count_r}; "
+        raise InvalidRequest(Rule.ONE_CARD_SLICE, f"{_who(name)}: {given} is set without {count_r}; "
                                 f"set {count_r}: 1 to share one card")
     if memory is None and cores is None:
         return ContainerAsk(name, init, index, Kind.WHOLE, cards=count)
@@ -197,11 +216,11 @@ def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
     if whole_units is not None:
         return ContainerAsk(name, init, index, Kind.WHOLE, count, whole_units, CORES_PER_CARD)
     if count > 1:
-        raise InvalidRequest(4, f"{_who(name)}: {count_r}={count} with {mem_r} or {core_r} would "
+        raise InvalidRequest(Rule.ONE_CARD_SLICE, f"{_who(name)}: {count_r}={count} with {mem_r} or {core_r} would "
                                 f"share {count} cards; sharing over several cards is not supported "
                                 f"(ask for {count_r}: 1, or for whole cards with {count_r} alone)")
     if memory is None:
-        raise InvalidRequest(5, f"{_who(name)}: {core_r}={cores} is set without {mem_r}; "
+        raise InvalidRequest(Rule.CORES_WITHOUT_MEMORY, f"{_who(name)}: {core_r}={cores} is set without {mem_r}; "
                                 f"a shared card must bound its memory")
     return ContainerAsk(name, init, index, Kind.SLICE, 1, memory, cores)
 
@@ -218,7 +237,7 @@ def _quantity(name: str, resource: str, limits: dict, requests: dict) -> int | N
         return None
     value = parse_quantity(raw)
     if value is None:
-        raise InvalidRequest(1, f"{_who(name)}: {resource}={_display(raw)} is not valid; it must "
+        raise InvalidRequest(Rule.QUANTITY, f"{_who(name)}: {resource}={_display(raw)} is not valid; it must "
                                 f"be a plain positive integer (at most {MAX_QUANTITY})")
     return value
 
@@ -256,7 +275,7 @@ def _no_vendor_card_beside_a_slice(request: PodRequest) -> None:
     devices in one pod with sharing, which the vendor's document rules out."""
     for a in request.asks:
         if a.vendor_card:
-            raise InvalidRequest(6, f"{_who(a.name)}: {VENDOR_WHOLE_GPU} (a whole card "
+            raise InvalidRequest(Rule.VENDOR_GPU_MIX, f"{_who(a.name)}: {VENDOR_WHOLE_GPU} (a whole card "
                                     f"of the vendor's plugin) cannot be in the same pod as "
                                     f'{_who(request.slices[0].name)}\'s shared card; only one '
                                     f"Mthreads card can be shared in a pod, and alone")
@@ -276,16 +295,16 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
     valid_any = fleet.by_name[request.model].valid if request.model else fleet.valid
     for a in request.asks:
         if a.kind is Kind.WHOLE:
-            raise InvalidRequest(7, f'container "{a.name}" asks for whole cards beside a shared '
+            raise InvalidRequest(Rule.ONE_SHARED_CARD, f'container "{a.name}" asks for whole cards beside a shared '
                                     f"card in the same pod; only one Mthreads card can be shared "
                                     f"in a pod")
         if a.kind is not Kind.SLICE:
             continue
         if a.memory not in valid_any:
-            raise InvalidRequest(2, f'container "{a.name}": {mem_r}={a.memory} is not valid; '
+            raise InvalidRequest(Rule.MEMORY_VALUE, f'container "{a.name}": {mem_r}={a.memory} is not valid; '
                                     f"valid values are {fleet.valid_text(request.model)}")
         if a.cores is not None and not 1 <= a.cores <= CORES_PER_CARD:
-            raise InvalidRequest(3, f'container "{a.name}": {core_r}={a.cores} is not valid; '
+            raise InvalidRequest(Rule.CORE_VALUE, f'container "{a.name}": {core_r}={a.cores} is not valid; '
                                     f"valid values are 1 to {CORES_PER_CARD} (core groups per "
                                     f"card)")
     slices = request.slices
@@ -298,7 +317,7 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
         names = names_in_message([a.name for a in slices])
         cards = "; ".join(f"{m.name} has {m.units} units and {CORES_PER_CARD} core groups"
                           for m in allowed)
-        raise InvalidRequest(7, f"containers {names} share one card and together ask for "
+        raise InvalidRequest(Rule.ONE_SHARED_CARD, f"containers {names} share one card and together ask for "
                                 f"{memory} units of {mem_r} and {cores} of {core_r}, more than "
                                 f"one card of a model on which each value is valid holds ({cards}); "
                                 f"only one Mthreads card can be shared in a pod")
@@ -308,12 +327,12 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
 def _whole_model(request: PodRequest, fleet: Fleet, allowed: tuple[CardModel, ...]) -> CardModel:
     """The one model all whole-card asks of the pod take (rule 7: one pod, one model)."""
     if request.cards > MAX_CARDS_PER_POD:
-        raise InvalidRequest(4, f"the containers ask for {request.cards} cards together, more than "
+        raise InvalidRequest(Rule.ONE_CARD_SLICE, f"the containers ask for {request.cards} cards together, more than "
                                 f"one pod may hold (at most {MAX_CARDS_PER_POD}: a pod's cards "
                                 f"are on one node)")
     written = {a.memory for a in request.asks if a.kind is Kind.WHOLE and a.memory is not None}
     if len(written) > 1:
-        raise InvalidRequest(7, "the containers ask for whole cards of different models "
+        raise InvalidRequest(Rule.ONE_SHARED_CARD, "the containers ask for whole cards of different models "
                                 f"({', '.join(fleet.by_units[u].name for u in sorted(written))}); "
                                 "the cards of one pod are on one node, of one model")
     if written:

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.builders import sched_pod as pod, slice_
 from tests.harness.kube import bound_pod
 from tests.harness.wait import wait_for
-from webhook.allocator.loop import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, backoff_seconds
+from webhook.scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, backoff_seconds
 from webhook.scheduling.reasons import AFFINITY
 from .test_cluster import create
 

@@ -5,7 +5,8 @@ import pytest
 from tests.harness.invariants import requested  # the checker's own reading, independent of webhook/
 from webhook import annotations as keys
 from webhook.scheduling import reasons
-from webhook.scheduling.decide import NoFit, Placement, decide
+from webhook.scheduling import decide as decisions
+from webhook.scheduling.decide import NoFit, Placement
 from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
@@ -27,7 +28,7 @@ def place(p, nodes, bound=(), config=CONFIG):
         state.set_node(n)
     for b in bound:
         state.add(share_of(b))
-    return decide(p, request_of(p, config, FLEET).request, state, config)
+    return decisions.place(p, request_of(p, config, FLEET), state, config)
 
 
 def bound_pod(node, devices_text, **kw):
@@ -179,11 +180,11 @@ def test_allocatable_under_what_is_bound_evicts_nothing_and_takes_nothing_new():
     state.set_node(S4(allocatable=ONE_CARD_DOWN))
     assert set(state.shares) == {b["metadata"]["uid"] for b in running}
     slice_pod = pod(slice_(2))
-    assert decide(slice_pod, read_request(slice_pod, MT, FLEET), state, CONFIG).rejected == {
+    assert decisions.place(slice_pod, request_of(slice_pod, CONFIG, FLEET), state, CONFIG).rejected == {
         reasons.insufficient(MEM): 1}
-    assert isinstance(decide(pod(plain(cpu="1")), None, state, CONFIG), Placement)
+    assert isinstance(decisions.place(pod(plain(cpu="1")), request_of(pod(plain(cpu="1")), CONFIG, FLEET), state, CONFIG), Placement)
     state.remove(running[0]["metadata"]["uid"])  # one pod ends: 64 of the 96 allocatable held
-    assert isinstance(decide(slice_pod, read_request(slice_pod, MT, FLEET), state, CONFIG), Placement)
+    assert isinstance(decisions.place(slice_pod, request_of(slice_pod, CONFIG, FLEET), state, CONFIG), Placement)
 
 
 def test_reasons_are_counted():
@@ -275,7 +276,7 @@ def test_decision_reads_no_pod():
         state.add(share_of(pod(plain(cpu="1m"), node=f"n{i % 20}")))
     state.shares = _Poisoned()  # any read of the pods table fails the test
     p = pod(slice_(8, 2))
-    got = decide(p, read_request(p, MT, FLEET), state, CONFIG)
+    got = decisions.place(p, request_of(p, CONFIG, FLEET), state, CONFIG)
     assert isinstance(got, Placement)
 
 
@@ -333,7 +334,7 @@ def lowered(rng, cards, units):
 @pytest.mark.parametrize("node_policy, gpu_policy", [("binpack", "spread"), ("spread", "binpack"),
                                                      ("binpack", "binpack"), ("spread", "spread")])
 def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_policy):
-    """decide() tries nodes in the policy's order and stops at the first fit; over a random fill
+    """place() tries nodes in the policy's order and stops at the first fit; over a random fill
     with some pods leaving again, and nodes whose allocatable is lowered and restored as it
     goes, every choice is the one a scan of all nodes makes, and no node's allocatable is
     exceeded by a pod placed under it."""
@@ -358,7 +359,7 @@ def test_first_fit_in_policy_order_is_the_full_scan_s_choice(node_policy, gpu_po
         request = read_request(p, MT, FLEET)
         expected = full_scan(p, request, state, config, held)
         bounded += expected != full_scan(p, request, state, config)  # the cards alone
-        result = decide(p, request, state, config)
+        result = decisions.place(p, request_of(p, config, FLEET), state, config)
         if expected is None:
             assert isinstance(result, NoFit)
             refused += 1

@@ -14,9 +14,11 @@ from tests.harness.fake_api import FakeApi
 from tests.harness.wait import wait_for
 from webhook import annotations as keys
 from webhook.allocator import loop
+from webhook.scheduling import queue as pending_queue
 from webhook.allocator.loop import Allocator
 from webhook.allocator.metrics import Metrics
 from webhook.config import parse_config
+from webhook.scheduling.cache import Phase
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
 
@@ -63,7 +65,7 @@ def settle(a: Allocator) -> None:
 
 
 def used(a: Allocator, card: str = "n0-mthreads-0") -> tuple[int, int]:
-    u = a.state.card(card)
+    u = a.cache.card(card)
     return u.memory_mib, u.cores
 
 
@@ -78,7 +80,7 @@ def test_outcome_before_the_watch_counts_the_share_once(alloc):
     settle(alloc)
     assert alloc.metrics.allocated._value.get() == 1 and used(alloc) == (8192, 4)
     watch_bound(alloc, p)
-    assert used(alloc) == (8192, 4) and not alloc.cache.assumed and not alloc.cache.pending
+    assert used(alloc) == (8192, 4) and not alloc.cache.assumed() and not len(alloc.queue)
 
 
 def test_watch_before_the_outcome_counts_the_share_once(alloc):
@@ -90,9 +92,9 @@ def test_watch_before_the_outcome_counts_the_share_once(alloc):
     shown["spec"]["nodeName"] = body["target"]["name"]
     shown["metadata"]["annotations"].update(body["metadata"]["annotations"])
     alloc._apply(1, "pod", "MODIFIED", shown)
-    assert alloc.binder.in_flight == 1 and not alloc.cache.assumed and used(alloc) == (8192, 4)
+    assert alloc.binder.in_flight == 1 and not alloc.cache.assumed() and used(alloc) == (8192, 4)
     settle(alloc)
-    assert used(alloc) == (8192, 4) and not alloc.cache.assumed and not alloc.cache.in_flight
+    assert used(alloc) == (8192, 4) and not alloc.cache.assumed()
 
 
 def test_409_is_read_off_the_decision_thread_and_the_real_binding_counts(alloc):
@@ -103,7 +105,7 @@ def test_409_is_read_off_the_decision_thread_and_the_real_binding_counts(alloc):
     alloc.api.status = 409
     alloc.schedule_pass()
     settle(alloc)
-    assert used(alloc) == (4096, 2) and not alloc.cache.uncertain and not alloc.cache.pending
+    assert used(alloc) == (4096, 2) and not alloc.cache.uncertain() and not len(alloc.queue)
     gets = [t for t, c in zip(alloc.api.threads, alloc.api.calls) if c[0] == "GET"]
     assert gets and all(t is not threading.current_thread() for t in gets)
 
@@ -115,16 +117,16 @@ def test_unknown_outcome_holds_the_cards_until_a_read_says_unbound(alloc, monkey
     alloc.schedule_pass()
     settle(alloc)
     uid = p["metadata"]["uid"]
-    assert uid in alloc.cache.uncertain and used(alloc) == (49152, 16)
+    assert alloc.cache.phase(uid) is Phase.UNCERTAIN and used(alloc) == (49152, 16)
     alloc.api.read_error = True  # still unreachable: keep holding
     alloc.schedule_pass()
     settle(alloc)
-    assert uid in alloc.cache.uncertain and used(alloc) == (49152, 16)
+    assert alloc.cache.phase(uid) is Phase.UNCERTAIN and used(alloc) == (49152, 16)
     alloc.api.raise_error = alloc.api.read_error = False
     alloc.schedule_pass()  # the read: still unbound, so the share goes and the pod waits again
     settle(alloc)
-    assert uid not in alloc.cache.uncertain and uid in alloc.cache.pending
-    assert alloc.state.card("n0-mthreads-0").idle
+    assert alloc.cache.phase(uid) is not Phase.UNCERTAIN and uid in alloc.queue
+    assert alloc.cache.card("n0-mthreads-0").idle
     alloc.schedule_pass()  # decided again: one card, not two
     settle(alloc)
     assert used(alloc) == (49152, 16) and len(alloc.api.bindings()) == 2
@@ -135,9 +137,9 @@ def test_refused_write_gives_the_cards_back_and_retries_after_a_pause(alloc, mon
     alloc.api.status = 500
     alloc.schedule_pass()
     settle(alloc)
-    assert alloc.state.card("n0-mthreads-0").idle and p["metadata"]["uid"] in alloc.cache.pending
+    assert alloc.cache.card("n0-mthreads-0").idle and p["metadata"]["uid"] in alloc.queue
     assert alloc.schedule_pass() == 0  # backing off
-    monkeypatch.setattr(loop, "ERROR_RETRY", 0.0)
+    monkeypatch.setattr(pending_queue, "ERROR_RETRY", 0.0)
     alloc.api.status = 201
     assert alloc.schedule_pass() == 1
 
@@ -151,7 +153,7 @@ def test_relist_in_the_middle_keeps_the_share_of_a_write_under_way(alloc):
     q = add(alloc, sched_pod(slice_(8)))
     assert alloc.schedule_pass() == 0  # the card is held whole: q must wait
     settle(alloc)
-    assert q["metadata"]["uid"] in alloc.cache.pending and used(alloc) == (49152, 16)
+    assert q["metadata"]["uid"] in alloc.queue and used(alloc) == (49152, 16)
 
 
 def test_unschedulable_pods_are_reported_off_the_decision_thread(alloc):
@@ -170,7 +172,7 @@ def test_a_session_s_late_outcomes_are_ignored(alloc):
     alloc._end_session()  # the lease was lost: the state is rebuilt by the next session
     wait_for(lambda: (alloc._drain(0.05), alloc.binder.in_flight == 0)[1], 10, interval=0,
              what="the outcome")
-    assert not alloc.cache.assumed and alloc.state.card("n0-mthreads-0").idle
+    assert not alloc.cache.assumed() and alloc.cache.card("n0-mthreads-0").idle
 
 
 def test_pending_pods_are_decided_by_priority_then_age(alloc):
@@ -181,10 +183,6 @@ def test_pending_pods_are_decided_by_priority_then_age(alloc):
         p["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
         return p
     old, middle, urgent = at(1, name="old"), at(2, 0, name="middle"), at(3, 1000, name="urgent")
-    assert [p["metadata"]["name"] for p in sorted([old, middle, urgent], key=loop.queue_order)] \
-        == ["urgent", "old", "middle"]
-    low = at(0, -5, name="low")
-    assert sorted([low, old], key=loop.queue_order)[0] is old  # negative priorities come last
     for p in (old, middle, urgent):
         add(alloc, p)
     assert alloc.schedule_pass() == 1
@@ -194,71 +192,6 @@ def test_pending_pods_are_decided_by_priority_then_age(alloc):
 
 
 # --- the backoff of pods that did not fit (issue 32) -------------------------------------------
-
-@pytest.mark.parametrize("failures, initial, maximum, seconds", [
-    (0, 1.0, 10.0, 0.0),  # never failed: no wait
-    (1, 1.0, 10.0, 1.0),  # kube-scheduler's podInitialBackoffSeconds
-    (2, 1.0, 10.0, 2.0),
-    (3, 1.0, 10.0, 4.0),
-    (4, 1.0, 10.0, 8.0),
-    (5, 1.0, 10.0, 10.0),  # podMaxBackoffSeconds
-    (6, 1.0, 10.0, 10.0),
-    (10_000, 1.0, 10.0, 10.0),  # no overflow however long it waits
-    (3, 0.5, 10.0, 2.0),
-    (3, 0.0, 0.0, 0.0),  # no backoff: retried on every change, as before issue 32
-    (3, 1.0, 0.0, 0.0),
-])
-def test_backoff_doubles_from_the_initial_to_the_maximum(failures, initial, maximum, seconds):
-    assert loop.backoff_seconds(failures, initial, maximum) == seconds
-
-
-@pytest.mark.parametrize("last, generation, now, due", [
-    # after the first failure (1 s): nothing before it ends, even if the state changed
-    (loop.LastTry(5, 100.0, 1, 1.0), 6, 100.5, False),
-    (loop.LastTry(5, 100.0, 1, 1.0), 5, 100.5, False),
-    (loop.LastTry(5, 100.0, 1, 1.0), 6, 101.0, True),  # over, and the state changed
-    (loop.LastTry(5, 100.0, 1, 1.0), 5, 101.0, False),  # over, nothing changed: wait for a change
-    (loop.LastTry(5, 100.0, 1, 1.0), 5, 129.9, False),
-    (loop.LastTry(5, 100.0, 1, 1.0), 5, 130.0, True),  # ... or for the backstop
-    (loop.LastTry(5, 100.0, 5, 10.0), 9, 109.9, False),  # at the maximum
-    (loop.LastTry(5, 100.0, 5, 10.0), 9, 110.0, True),
-    # no backoff: the rule before issue 32, any change retries at once
-    (loop.LastTry(5, 100.0, 3, 0.0), 6, 100.0, True),
-    (loop.LastTry(5, 100.0, 3, 0.0), 5, 129.9, False),
-    # a failed write: a flat pause, changes or not
-    (loop.LastTry(None, 100.0), 6, 101.9, False),
-    (loop.LastTry(None, 100.0), 6, 102.0, True),
-])
-def test_a_pod_is_due_after_its_backoff_on_a_change_or_at_the_backstop(last, generation, now, due):
-    assert last.due(generation, now) is due
-
-
-def test_each_failed_try_doubles_the_backoff():
-    last = None
-    seen = []
-    for i in range(6):
-        last = loop.failed_try(last, generation=i, now=10.0 * i, initial=1.0, maximum=10.0)
-        seen.append((last.failures, last.backoff, last.generation, last.at))
-    assert seen == [(1, 1.0, 0, 0.0), (2, 2.0, 1, 10.0), (3, 4.0, 2, 20.0), (4, 8.0, 3, 30.0),
-                    (5, 10.0, 4, 40.0), (6, 10.0, 5, 50.0)]
-    after_write = loop.failed_try(loop.LastTry(None, 3.0), 7, 4.0, 1.0, 10.0)
-    assert (after_write.failures, after_write.backoff) == (1, 1.0)
-
-
-@pytest.mark.parametrize("change, concerns", [
-    (lambda p: p["status"].update(conditions=[{"type": "PodScheduled", "status": "False"}]), False),
-    (lambda p: p["metadata"].update(resourceVersion="99", managedFields=[{"manager": "x"}]), False),
-    (lambda p: p["metadata"]["annotations"].update({"hami.io/node-scheduler-policy": "spread"}),
-     True),
-    (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), True),
-])
-def test_only_a_change_of_spec_or_annotations_concerns_the_pod(change, concerns):
-    old = sched_pod(whole(1))
-    old.setdefault("status", {})
-    new = copy.deepcopy(old)
-    change(new)
-    assert loop.concerns(old, new) is concerns
-
 
 class Clock:
     def __init__(self):
@@ -270,9 +203,9 @@ class Clock:
 
 def _change_the_state(a: Allocator, i: int) -> None:
     """A change a decision reads (a node added that fits nothing the test's pod asks)."""
-    before = a.state.generation
+    before = a.cache.generation
     a._apply(1, "node", "ADDED", mt_node(f"extra{i}", 1, 96))
-    assert a.state.generation != before
+    assert a.cache.generation != before
 
 
 def test_a_pod_that_did_not_fit_is_retried_after_its_backoff_not_on_every_change(alloc):
@@ -284,13 +217,13 @@ def test_a_pod_that_did_not_fit_is_retried_after_its_backoff_not_on_every_change
     tried_at = []
     for step in range(160):
         _change_the_state(alloc, step)
-        before = alloc.tries.get(uid)
+        before = alloc.queue.last_try(uid)
         alloc.schedule_pass()
-        if alloc.tries[uid] is not before:
+        if alloc.queue.last_try(uid) is not before:
             tried_at.append(clock.now - 1000.0)
         clock.now += 0.25
     assert tried_at == [0.0, 1.0, 3.0, 7.0, 15.0, 25.0, 35.0]
-    assert alloc.tries[uid].failures == 7
+    assert alloc.queue.last_try(uid).failures == 7
 
 
 def test_without_a_change_the_pod_waits_for_the_backstop(alloc):
@@ -298,23 +231,23 @@ def test_without_a_change_the_pod_waits_for_the_backstop(alloc):
     p = add(alloc, sched_pod(whole(2)))
     uid = p["metadata"]["uid"]
     alloc.schedule_pass()
-    clock.now += loop.RETRY_BACKSTOP - 0.1
+    clock.now += pending_queue.RETRY_BACKSTOP - 0.1
     alloc.schedule_pass()
-    assert alloc.tries[uid].failures == 1  # its backoff (1 s) is over, but nothing changed
+    assert alloc.queue.last_try(uid).failures == 1  # its backoff (1 s) is over, but nothing changed
     clock.now += 0.1
     alloc.schedule_pass()
-    assert alloc.tries[uid].failures == 2
+    assert alloc.queue.last_try(uid).failures == 2
 
 
 def test_no_backoff_retries_on_every_change_as_before(alloc):
     alloc.clock = clock = Clock()
-    alloc.backoff = (0.0, 0.0)
+    alloc.backoff = alloc.queue.backoff = (0.0, 0.0)
     p = add(alloc, sched_pod(whole(2)))
     for step in range(10):
         _change_the_state(alloc, step)
         alloc.schedule_pass()
         clock.now += 0.25
-    assert alloc.tries[p["metadata"]["uid"]].failures == 10
+    assert alloc.queue.last_try(p["metadata"]["uid"]).failures == 10
 
 
 @pytest.mark.parametrize("update, resets", [
@@ -333,13 +266,13 @@ def test_an_update_of_the_pod_itself_ends_its_backoff(alloc, update, resets):
     for step in range(4):  # 4 failures: backing off 8 s
         _change_the_state(alloc, step)
         alloc.schedule_pass()
-        clock.now += alloc.tries[uid].backoff
+        clock.now += alloc.queue.last_try(uid).backoff
     clock.now -= 1.0  # 7 s into the 8 s
-    assert alloc.tries[uid].failures == 4
+    assert alloc.queue.last_try(uid).failures == 4
     updated = copy.deepcopy(p)
     update(updated)
     updated["metadata"]["resourceVersion"] = "2"
     alloc._apply(1, "pod", "MODIFIED", updated)
     alloc.schedule_pass()
-    assert alloc.tries[uid].failures == (1 if resets else 4)
-    assert alloc.tries[uid].backoff == (1.0 if resets else 8.0)
+    assert alloc.queue.last_try(uid).failures == (1 if resets else 4)
+    assert alloc.queue.last_try(uid).backoff == (1.0 if resets else 8.0)

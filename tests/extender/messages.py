@@ -21,7 +21,7 @@ def handler_setup():
     """(a client of the extender app, the cache with nodes s4 (2 S4000 cards) and s5 (2
     S5000), fake API)."""
     api = FakeApi()
-    cache = Cache(CONFIG, api)
+    cache = Cache(CONFIG)
     nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
     cache.apply("node", "RESET", nodes)
     cache.apply("pod", "RESET", [])
@@ -33,7 +33,7 @@ def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,
                     ready_wait: float = READY_WAIT) -> AppClient:
     """A client of the extender app (app.py) over `cache`, binding through `api`."""
     ext = Extender(config, cache, AsyncFakeApi(api or FakeApi()))
-    metrics = metrics_page(lambda: cache.state.nodes.values(), cache.bound)
+    metrics = metrics_page(cache.core.snapshot)
     return AppClient(ExtenderApp(ext, metrics, ready_wait=ready_wait))
 
 

@@ -64,6 +64,6 @@ def test_a_pod_that_ended_frees_its_cards(setup):
                 "s4": "ExclusiveDeviceAllocateConflict"}
             running["status"]["phase"] = phase
             cache.apply("pod", event, running)
-            assert cache.state.devices_on("s4") == cache.state.devices_on("nowhere")
+            assert cache.core.read(lambda state: state.devices_on("s4") == state.devices_on("nowhere"))
             assert client.post("/filter", json=args(nxt, ["s4"])).get_json()["NodeNames"] == ["s4"]
             cache.apply("pod", "DELETED", nxt)

@@ -49,12 +49,12 @@ def test_first_fit_is_the_full_scans_choice(seed):
         if ask.invalid or ask.request.kind is Kind.NONE:
             continue
         names = [n["metadata"]["name"] for n in rng.sample(nodes, rng.randint(1, len(nodes)))]
-        chosen, failed = pick(p, ask, names, cache.state, CONFIG)
-        want = full_scan(p, ask, names, cache.state)
+        chosen, failed = cache.core.read(lambda state: pick(p, ask, names, state, CONFIG))
+        want = cache.core.read(lambda state: full_scan(p, ask, names, state))
         if want is None:
             assert chosen is None and set(failed) == set(names)
             continue
         checked += 1
         assert (chosen.node, tuple(c.card for c in chosen.share.cards)) == want
-        cache.pods.assume(chosen.share)  # fill the fleet as the binds would
+        cache.core.assume(chosen.share, "default", p["metadata"]["name"])  # fill the fleet as the binds would
     assert checked > 30

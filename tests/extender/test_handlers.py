@@ -14,6 +14,7 @@ import pytest
 from tests.builders import mt_node, sched_pod as pod, slice_, whole
 from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, extender_client, pending
 from webhook.extender.cache import WAITING, Cache
+from webhook.scheduling.cache import Phase
 from webhook.extender.verbs import NOT_SYNCED
 from webhook.extender.decisions import NOT_IN_CACHE
 
@@ -60,7 +61,7 @@ def test_filter_unknown_node_and_bad_body(setup):
 
 def test_not_synced_is_an_error(setup):
     _, _, api = setup
-    cache = Cache(CONFIG, api)
+    cache = Cache(CONFIG)
     client = extender_client(cache, api, ready_wait=0.05)  # it waits a little for the list first
     p = pod(slice_(8, 2))
     assert client.post("/filter", json=args(p)).get_json()["Error"] == NOT_SYNCED
@@ -122,13 +123,13 @@ def test_bind_writes_one_binding_with_spec_annotations(setup):
     assert ann["hami.io/bind-phase"] == "allocating"
     assert ann["hami.io/vgpu-time"] == ann["hami.io/bind-time"]
     # assumed at once: the next filter sees the card used
-    assert cache.state.card("s4-mthreads-0").memory_mib == 24576
+    assert cache.core.card("s4-mthreads-0").memory_mib == 24576
     # the watch then shows it bound: the same share, not twice
     bound = json.loads(json.dumps(p))
     bound["spec"]["nodeName"] = "s4"
     bound["metadata"]["annotations"].update(ann)
     cache.apply("pod", "MODIFIED", bound)
-    assert cache.state.card("s4-mthreads-0").memory_mib == 24576 and not cache.pods.assumed
+    assert cache.core.card("s4-mthreads-0").memory_mib == 24576 and not cache.core.assumed()
 
 
 def test_exclusive_takes_an_idle_card(setup):
@@ -180,7 +181,7 @@ def test_refused_binding_rolls_back(setup, status):
         api.pods.clear()
     err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert err.startswith("binding ") and str(status) in err
-    assert cache.state.card("s4-mthreads-0").idle and not cache.pods.assumed and not cache.pods.in_flight
+    assert cache.core.card("s4-mthreads-0").idle and not cache.core.assumed()
 
 
 def test_409_counts_the_real_binding(setup):
@@ -194,8 +195,8 @@ def test_409_counts_the_real_binding(setup):
         "s4-mthreads-1,Mthreads,4096,2:;"
     api.status = 409
     assert "409" in client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
-    assert cache.state.card("s4-mthreads-0").idle
-    assert cache.state.card("s4-mthreads-1").memory_mib == 4096
+    assert cache.core.card("s4-mthreads-0").idle
+    assert cache.core.card("s4-mthreads-1").memory_mib == 4096
 
 
 def test_unknown_outcome_keeps_the_share_until_read(setup):
@@ -204,13 +205,13 @@ def test_unknown_outcome_keeps_the_share_until_read(setup):
     api.raise_error = True
     err = client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
     assert "outcome unknown" in err
-    assert not cache.state.card("s4-mthreads-0").idle and p["metadata"]["uid"] in cache.pods.uncertain
+    assert not cache.core.card("s4-mthreads-0").idle and cache.core.phase(p["metadata"]["uid"]) is Phase.UNCERTAIN
     # kube-scheduler retries: the extender re-reads the pod (still unbound), frees the old
     # share and decides again: one card, not two
     api.raise_error = False
     assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
-    held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
-    assert len(held) == 1 and not cache.pods.uncertain
+    held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.core.card(c).idle]
+    assert len(held) == 1 and not cache.core.uncertain()
 
 
 def test_retry_of_a_pod_that_did_get_bound(setup):
@@ -224,7 +225,7 @@ def test_retry_of_a_pod_that_did_get_bound(setup):
         "s4-mthreads-0,Mthreads,49152,16:;"
     api.raise_error = False
     assert "already bound" in client.post("/bind", json=bind_args(p, "s4")).get_json()["Error"]
-    assert not cache.state.card("s4-mthreads-0").idle and cache.state.card("s4-mthreads-1").idle
+    assert not cache.core.card("s4-mthreads-0").idle and cache.core.card("s4-mthreads-1").idle
 
 
 def test_concurrent_binds_never_overcommit(setup):
@@ -245,7 +246,7 @@ def test_a_filter_during_the_first_list_waits_for_it(setup):
     """Just after a start kube-scheduler may call before the list is done: the call waits for
     it (bounded) instead of answering an error, which would park the pod for up to a minute."""
     _, _, api = setup
-    cache = Cache(CONFIG, api)
+    cache = Cache(CONFIG)
     client = extender_client(cache, api)
     p = pod(slice_(8, 2))
 

@@ -35,7 +35,7 @@ def test_room_outside_the_offered_nodes_requeues_the_pod(setup):
     meta = p["metadata"]
     assert path == f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
     assert patch == {"metadata": {"uid": meta["uid"], "annotations": {REQUEUES: "1"}}}
-    assert not cache.reservations  # nothing is held for it: the next filter decides afresh
+    assert not cache.core.reservations()  # nothing is held for it: the next filter decides afresh
 
 
 def test_the_count_goes_up_and_stops_at_the_limit(setup):

@@ -32,10 +32,10 @@ def test_filter_answers_one_node_and_reserves_its_cards(setup):
     # binpack (default): the busier S4000 node; s4 fits too, s5 does not: no reasons given
     assert body == {"NodeNames": ["s4b"], "FailedNodes": {}, "Error": ""}
     uid = p["metadata"]["uid"]
-    assert cache.state.shares[uid].node == "s4b" and uid in cache.reservations
+    assert cache.core.share(uid).node == "s4b" and uid in cache.core.reservations()
     assert client.post("/bind", json=bind_args(p, "s4b")).get_json() == {"Error": ""}
     _, (_, _, second) = api.bindings()
-    assert second["target"]["name"] == "s4b" and uid not in cache.reservations
+    assert second["target"]["name"] == "s4b" and uid not in cache.core.reservations()
     # card spread (default): the idle card of the node
     assert second["metadata"]["annotations"][ALLOCATED] == "s4b-mthreads-1,Mthreads,49152,4:;"
 
@@ -45,7 +45,7 @@ def test_bind_writes_the_cards_the_filter_reserved(setup):
     client, cache, api = setup
     p = pending(api, pod(slice_(32, 4)))
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
-    card = cache.state.shares[p["metadata"]["uid"]].cards[0].card
+    card = cache.core.share(p["metadata"]["uid"]).cards[0].card
     assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
     ann = api.bindings()[-1][2]["metadata"]["annotations"]
     assert ann[ALLOCATED] == f"{card},Mthreads,16384,4:;"
@@ -59,7 +59,7 @@ def test_bind_on_another_node_releases_and_decides_there(setup):
     uid = p["metadata"]["uid"]
     assert client.post("/bind", json=bind_args(p, "s4b")).get_json() == {"Error": ""}
     assert api.bindings()[-1][2]["target"]["name"] == "s4b"
-    assert cache.state.card("s4-mthreads-0").idle and cache.state.shares[uid].node == "s4b"
+    assert cache.core.card("s4-mthreads-0").idle and cache.core.share(uid).node == "s4b"
 
 
 def test_a_new_filter_of_the_pod_replaces_its_reservation(setup):
@@ -67,8 +67,8 @@ def test_a_new_filter_of_the_pod_replaces_its_reservation(setup):
     p = pending(api, pod(whole(1, 96)))
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]  # its own reservation does not block it
-    held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.state.card(c).idle]
-    assert len(held) == 1 and len(cache.reservations) == 1
+    held = [c for c in ("s4-mthreads-0", "s4-mthreads-1") if not cache.core.card(c).idle]
+    assert len(held) == 1 and len(cache.core.reservations()) == 1
 
 
 def test_an_abandoned_reservation_lapses(setup):
@@ -78,11 +78,10 @@ def test_an_abandoned_reservation_lapses(setup):
     a, b = pending(api, pod(whole(2, 96))), pending(api, pod(whole(1, 96)))
     assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
     assert filtered(client, b, ["s4"])["FailedNodes"] == {"s4": "ExclusiveDeviceAllocateConflict"}
-    now = min(r.until for r in cache.reservations.values())
-    assert cache.expire(now - 1) == 0
-    assert cache.expire(now) == 1 and not cache.reservations and not cache.pods.assumed
-    assert cache.state.card("s4-mthreads-0").idle and cache.state.card("s4-mthreads-1").idle
-    assert not cache.pods.pending  # nothing waits in the extender: kube-scheduler sends the pod
+    now = min(cache.core.reservation(uid).until for uid in cache.core.reservations())
+    assert cache.core.expire(now - 1) == 0
+    assert cache.core.expire(now) == 1 and not cache.core.reservations() and not cache.core.assumed()
+    assert cache.core.card("s4-mthreads-0").idle and cache.core.card("s4-mthreads-1").idle
     assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
     assert 5 <= RESERVE_FOR <= 60
     # the late bind of a: no reservation, decided on the state: b's reservation holds a card
@@ -93,21 +92,21 @@ def test_an_abandoned_reservation_lapses(setup):
 def test_reservations_lapse_in_the_order_they_were_made(setup, monkeypatch):
     """expire reads the reservations from the oldest and stops at the first still held; a new
     filter of a pod makes its reservation the newest."""
-    import webhook.extender.cache as cache_module
+    import webhook.extender.verbs as verbs_module
     client, cache, api = setup
     clock = [1000.0]
-    monkeypatch.setattr(cache_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(verbs_module.time, "monotonic", lambda: clock[0])
     pods = [pending(api, pod(slice_(8, 1))) for _ in range(3)]
     for p in pods:
         assert filtered(client, p, ["s5"])["NodeNames"] == ["s5"]
         clock[0] += 1
     assert filtered(client, pods[0], ["s5"])["NodeNames"] == ["s5"]  # refiltered at 1003
     uids = [p["metadata"]["uid"] for p in pods]
-    assert list(cache.reservations) == [uids[1], uids[2], uids[0]]
-    assert cache.expire(1001 + RESERVE_FOR - 0.5) == 0  # p0's first lapse time is past: refiltered
-    assert cache.expire(1001 + RESERVE_FOR) == 1 and list(cache.reservations) == uids[2:] + uids[:1]
-    assert cache.expire(1002 + RESERVE_FOR) == 1 and list(cache.reservations) == uids[:1]
-    assert cache.expire(1003 + RESERVE_FOR) == 1 and not cache.reservations and not cache.pods.assumed
+    assert cache.core.reservations() == [uids[1], uids[2], uids[0]]
+    assert cache.core.expire(1001 + RESERVE_FOR - 0.5) == 0  # p0's first lapse time is past: refiltered
+    assert cache.core.expire(1001 + RESERVE_FOR) == 1 and cache.core.reservations() == uids[2:] + uids[:1]
+    assert cache.core.expire(1002 + RESERVE_FOR) == 1 and cache.core.reservations() == uids[:1]
+    assert cache.core.expire(1003 + RESERVE_FOR) == 1 and not cache.core.reservations() and not cache.core.assumed()
 
 
 def test_reservation_ends_when_the_pod_is_seen_bound_and_lapses_when_deleted(setup):
@@ -120,16 +119,16 @@ def test_reservation_ends_when_the_pod_is_seen_bound_and_lapses_when_deleted(set
     elsewhere = bound_copy(a, "s4", "s4-mthreads-1,Mthreads,8192,2:;")
     api.pods[("default", a["metadata"]["name"])] = elsewhere
     cache.apply("pod", "MODIFIED", elsewhere)
-    assert cache.state.shares[a["metadata"]["uid"]].cards[0].memory_mib == 8192
-    assert cache.expire(float("inf")) == 1  # only b's is left to lapse
-    assert cache.state.card("s4-mthreads-1").memory_mib == 8192
+    assert cache.core.share(a["metadata"]["uid"]).cards[0].memory_mib == 8192
+    assert cache.core.expire(float("inf")) == 1  # only b's is left to lapse
+    assert cache.core.card("s4-mthreads-1").memory_mib == 8192
     # b is deleted while reserved: the watch of bound pods does not show it; the
     # reservation holds its share until its time is up
     assert filtered(client, b, ["s4"])["NodeNames"] == ["s4"]
     del api.pods[("default", b["metadata"]["name"])]
-    assert b["metadata"]["uid"] in cache.state.shares
-    assert cache.expire(float("inf")) == 1 and not cache.reservations
-    assert b["metadata"]["uid"] not in cache.state.shares
+    assert cache.core.share(b["metadata"]["uid"]) is not None
+    assert cache.core.expire(float("inf")) == 1 and not cache.core.reservations()
+    assert cache.core.share(b["metadata"]["uid"]) is None
     assert client.post("/bind", json=bind_args(a, "s4")).get_json()["Error"].endswith("already bound to s4")
 
 
@@ -139,7 +138,7 @@ def test_a_relist_keeps_the_reservations_of_the_pods_it_does_not_show(setup):
     a = pending(api, pod(whole(1, 96)))
     assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
     cache.apply("pod", "RESET", [])
-    assert not cache.state.card("s4-mthreads-0").idle and not cache.pods.uncertain
+    assert not cache.core.card("s4-mthreads-0").idle and not cache.core.uncertain()
     assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
 
 
@@ -153,13 +152,14 @@ def test_a_pod_bound_by_us_that_a_relist_does_not_show_is_read_again(setup, sinc
     assert filtered(client, a, ["s4"])["NodeNames"] == ["s4"]
     assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
     cache.apply("pod", "RESET", [])
-    assert not cache.state.card("s4-mthreads-0").idle
-    assert cache.pods.uncertain == {uid: key}
+    assert not cache.core.card("s4-mthreads-0").idle
+    assert cache.core.uncertain() == [(uid, *key)]
     if since == "deleted":
         del api.pods[key]
-    assert cache.resolve(uid, *key)[0] == ("gone" if since == "deleted" else "bound")
-    assert cache.state.card("s4-mthreads-0").idle == (since == "deleted")
-    assert not cache.pods.uncertain and not cache.pods.assumed
+    assert client.loop.run_until_complete(client.app.ext.reread(uid, *key)) == \
+        ("gone" if since == "deleted" else "bound")
+    assert cache.core.card("s4-mthreads-0").idle == (since == "deleted")
+    assert not cache.core.uncertain() and not cache.core.assumed()
 
 
 def test_a_pod_seen_bound_before_the_relist_is_not_read_again(setup):
@@ -169,7 +169,7 @@ def test_a_pod_seen_bound_before_the_relist_is_not_read_again(setup):
     assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
     cache.apply("pod", "MODIFIED", api.pods[("default", a["metadata"]["name"])])
     cache.apply("pod", "RESET", [])  # and gone since: forgotten, nothing left to read
-    assert not cache.pods.uncertain and not cache.written and cache.state.card("s4-mthreads-0").idle
+    assert not cache.core.uncertain() and not cache.core.assumed() and cache.core.card("s4-mthreads-0").idle
 
 
 def test_filter_of_a_pod_whose_write_is_in_doubt_is_an_error(setup):

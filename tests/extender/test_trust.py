@@ -43,7 +43,7 @@ def test_a_filter_body_that_lies_about_a_real_pod_binds_the_real_pods_allocation
     assert client.post("/bind", json=bind_args(forged, "s4")).get_json() == {"Error": ""}
     (_, _, body), = api.bindings()
     assert body["metadata"]["annotations"][ALLOCATED] == "s4-mthreads-0,Mthreads,1024,0:;"
-    assert cache.state.card("s4-mthreads-1").idle
+    assert cache.core.card("s4-mthreads-1").idle
 
 
 @pytest.mark.parametrize("verb", ["/filter", "/prioritize", "/preempt"])
@@ -75,7 +75,7 @@ def test_no_reservation_and_no_binding_for_what_is_not_a_pod_waiting_for_us(setu
                 "another scheduler": "waits for scheduler 'default-scheduler', not 'hami-scheduler'",
                 "bound": "is already bound to s5"}[case]
     assert filtered["NodeNames"] is None and filtered["Error"].endswith(expected), filtered
-    assert not cache.reservations and cache.state.card("s4-mthreads-0").idle
+    assert not cache.core.reservations() and cache.core.card("s4-mthreads-0").idle
     bound = client.post("/bind", json=bind_args(named, "s4")).get_json()
     assert bound["Error"].endswith(expected) and api.bindings() == []
 
@@ -95,8 +95,8 @@ def test_one_reservation_per_pod(setup):
     p = pending(api, pod(whole(1, 96)))
     for _ in range(3):
         assert client.post("/filter", json=args(p, ["s4"])).get_json()["NodeNames"] == ["s4"]
-    assert list(cache.reservations) == [p["metadata"]["uid"]]
-    assert sum(not cache.state.card(f"s4-mthreads-{i}").idle for i in (0, 1)) == 1
+    assert cache.core.reservations() == [p["metadata"]["uid"]]
+    assert sum(not cache.core.card(f"s4-mthreads-{i}").idle for i in (0, 1)) == 1
 
 
 def test_a_deleted_pod_gives_its_reservation_back_at_once(setup):
@@ -104,9 +104,9 @@ def test_a_deleted_pod_gives_its_reservation_back_at_once(setup):
     p = pod(whole(2, 96))
     cache.apply(WAITING, "ADDED", p)
     assert client.post("/filter", json=args(p, ["s4"])).get_json()["NodeNames"] == ["s4"]
-    assert not cache.state.card("s4-mthreads-0").idle
+    assert not cache.core.card("s4-mthreads-0").idle
     cache.apply(WAITING, "DELETED", p)
-    assert not cache.reservations and cache.state.card("s4-mthreads-0").idle
+    assert not cache.core.reservations() and cache.core.card("s4-mthreads-0").idle
 
 
 @pytest.mark.parametrize("node, reason", [
@@ -127,7 +127,7 @@ def test_a_bind_to_a_node_the_pod_may_not_use_is_refused(setup, node, reason, re
         assert client.post("/filter", json=args(p, [name])).get_json()["NodeNames"] == [name]
     answer = client.post("/bind", json=bind_args(p, name)).get_json()
     assert answer == {"Error": f"node {name}: {reason}"}
-    assert api.bindings() == [] and not cache.reservations and not cache.pods.assumed
+    assert api.bindings() == [] and not cache.core.reservations() and not cache.core.assumed()
 
 
 @pytest.mark.parametrize("field, value", [

@@ -10,7 +10,6 @@ import sys
 import urllib.error
 import urllib.request
 
-import kubernetes.client as k
 import pytest
 
 from tests.builders import plain, sched_pod, slice_, whole

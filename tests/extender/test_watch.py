@@ -1,6 +1,6 @@
-"""The extender's cache against the test API server: its pod watch shows bound pods only
-(kube-scheduler sends each pending pod in its call), and it follows them from binding to
-deletion (docs/extender.md, "Reservations")."""
+"""The extender's cache against the test API server: it counts the bound pods' shares, knows
+the pods waiting for its scheduler, and follows them from binding to deletion
+(docs/extender.md, "Reservations")."""
 
 from __future__ import annotations
 
@@ -15,19 +15,24 @@ from tests.harness.wait import wait_for
 from webhook import annotations as keys
 from webhook.extender.cache import Cache
 from webhook.kube.api import Api, make_api_client
+from webhook.kube.informer import Informer
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
 def cache(kube_cluster, admin):
-    """The extender's cache, watching as the extender's identity; stopped afterwards."""
-    c = Cache(CONFIG, Api(make_api_client(str(kube_cluster.kubeconfig(ALLOCATOR_USER))))).start()
+    """The extender's cache, fed by its watches as the extender's identity; stopped afterwards."""
+    api = Api(make_api_client(str(kube_cluster.kubeconfig(ALLOCATOR_USER))))
+    c = Cache(CONFIG)
+    informers = [Informer(api, kind, path, selector, lambda item: c.apply(*item[1:]), 1).start()
+                 for kind, path, selector in c.watched()]
     try:
         assert c.wait_ready(30), "the cache never listed"
         yield c
     finally:
-        c.stop()
+        for i in informers:
+            i.stop()
 
 
 def bind(admin, ns: str, name: str, node: str) -> None:
@@ -46,13 +51,16 @@ def test_the_watch_shows_a_pod_once_bound_and_forgets_it_when_deleted(cache, adm
     placed = create(admin, namespace, sched_pod(slice_(16, 4), name="placed"), fleet.selector)
     bind(admin, namespace, placed, node)
     placed_uid, waiting_uid = uid(admin, namespace, placed), uid(admin, namespace, waiting)
-    wait_for(lambda: placed_uid in cache.facts, 30, what="the bound pod in the cache")
-    card = cache.state.card(f"{node}-mthreads-0")
+    wait_for(lambda: cache.core.share(placed_uid) is not None, 30, what="the bound pod in the cache")
+    card = cache.core.card(f"{node}-mthreads-0")
     assert (card.memory_mib, card.cores) == (8192, 4)
-    assert waiting_uid not in cache.facts and not cache.pods.pending  # never shown
+    assert cache.core.share(waiting_uid) is None  # never counted while it waits
+    assert cache.waiting_pod(namespace, waiting, waiting_uid) is not None  # but known to wait
     bind(admin, namespace, waiting, node)
-    wait_for(lambda: waiting_uid in cache.facts, 30, what="the pod bound later in the cache")
-    assert cache.state.card(f"{node}-mthreads-0").memory_mib == 16384
+    wait_for(lambda: cache.core.share(waiting_uid) is not None, 30, what="the pod bound later in the cache")
+    assert cache.core.card(f"{node}-mthreads-0").memory_mib == 16384
+    wait_for(lambda: cache.waiting_pod(namespace, waiting, waiting_uid) is None, 30,
+             what="the bound pod gone from the waiting ones")
     k.CoreV1Api(admin).delete_namespaced_pod(placed, namespace, grace_period_seconds=0)
-    wait_for(lambda: placed_uid not in cache.facts, 30, what="the deleted pod gone from the cache")
-    assert cache.state.card(f"{node}-mthreads-0").memory_mib == 8192
+    wait_for(lambda: cache.core.share(placed_uid) is None, 30, what="the deleted pod gone from the cache")
+    assert cache.core.card(f"{node}-mthreads-0").memory_mib == 8192

@@ -12,7 +12,8 @@ from webhook.scheduling.inventory import node_cards
 from webhook.scheduling.state import NodeInfo
 from webhook.scheduling.resources import node_allocatable
 from webhook.config import MthreadsConfig
-from webhook.observe.fleet import BoundPods, bound_pod, card_views
+from webhook.observe.fleet import card_views
+from webhook.scheduling.bound import BoundPods, bound_pod
 from webhook.observe.hami_metrics import HamiCollector
 
 MIB = 1024 * 1024
@@ -27,7 +28,7 @@ def info(node: dict) -> NodeInfo:
 
 def scrape(nodes: list[NodeInfo], pods: BoundPods) -> dict[str, list]:
     registry = CollectorRegistry()
-    registry.register(HamiCollector(lambda: nodes, pods))
+    registry.register(HamiCollector(lambda: (nodes, pods.snapshot())))
     text = generate_latest(registry).decode()
     return {f.name: f.samples for f in text_string_to_metric_families(text) if f.samples}
 

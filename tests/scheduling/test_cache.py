@@ -1,4 +1,5 @@
-"""The pod cache both front-ends drive, event order by event order (no API, no threads)."""
+"""The scheduler cache both front-ends drive (webhook/scheduling/cache.py), event by event and
+step by step of its lifecycle (no API, no threads)."""
 
 import copy
 
@@ -7,16 +8,17 @@ import pytest
 from tests.builders import mt_node, plain, sched_pod, slice_, whole
 from webhook import annotations as keys
 from webhook.config import MthreadsConfig
-from webhook.scheduling.cache import PodCache
-from webhook.scheduling.shares import CardShare, PodShare
+from webhook.scheduling.cache import DROPPED, READ, Phase, SchedulerCache
+from webhook.scheduling.decide import Placement
 from webhook.scheduling.resources import pod_requests
+from webhook.scheduling.shares import CardShare, PodShare
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 CARD = "n0-mthreads-0"
 
 
-def cache(scheduler: str | None = "hami-scheduler", **kw) -> PodCache:
-    c = PodCache(MT, scheduler, **kw)
+def cache(shows_unbound: bool = True) -> SchedulerCache:
+    c = SchedulerCache(MT, shows_unbound)
     c.apply("node", "RESET", [mt_node("n0", 2, 96)])
     c.apply("pod", "RESET", [])
     return c
@@ -33,36 +35,31 @@ def bound(p: dict, memory: int = 8192, cores: int = 4, card: str = CARD) -> dict
     return b
 
 
-def assumed(c: PodCache, p: dict, memory: int = 8192, cores: int = 4) -> PodShare:
-    """`p` seen pending, then a card chosen for it: its share assumed."""
+def assumed(c: SchedulerCache, p: dict, memory: int = 8192, cores: int = 4) -> PodShare:
+    """`p` seen pending, then a card chosen for it: its share assumed, its write under way."""
     c.apply("pod", "ADDED", p)
     share = ours(p, memory, cores)
-    c.assume(share)
+    c.assume(share, "default", p["metadata"]["name"])
     return share
 
 
-def used(c: PodCache, card: str = CARD) -> tuple[int, int]:
-    u = c.state.card(card)
+def reserved(c: SchedulerCache, p: dict, until: float = 100.0) -> PodShare:
+    share = ours(p)
+    c.reserve(Placement("n0", (), "0", share), p, until)
+    return share
+
+
+def used(c: SchedulerCache, card: str = CARD) -> tuple[int, int]:
+    u = c.card(card)
     return u.memory_mib, u.cores
 
 
 def test_ready_only_after_both_lists():
-    c = PodCache(MT)
+    c = SchedulerCache(MT)
     c.apply("node", "RESET", [])
     assert not c.ready
     c.apply("pod", "RESET", [])
     assert c.ready
-
-
-def test_pending_keeps_only_our_scheduler_s_live_pods():
-    c = cache()
-    mine, theirs = sched_pod(slice_(8)), sched_pod(slice_(8), spec={"schedulerName": "default"})
-    leaving = sched_pod(slice_(8))
-    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    for p in (mine, theirs, leaving):
-        c.apply("pod", "ADDED", p)
-    assert set(c.pending) == {mine["metadata"]["uid"]}
-    assert set(cache(None).pending) == set()  # the extender's keeps every scheduler's
 
 
 @pytest.mark.parametrize("order", ["outcome first", "watch first"])
@@ -70,12 +67,12 @@ def test_bind_outcome_and_watch_in_either_order_count_the_share_once(order):
     c = cache()
     p = sched_pod(slice_(16, 4))
     share = assumed(c, p)
-    assert not c.pending and used(c) == (8192, 4)
-    steps = [lambda: c.bind_ok(share), lambda: c.apply("pod", "MODIFIED", bound(p))]
+    assert c.phase(p["metadata"]["uid"]) is Phase.BINDING and used(c) == (8192, 4)
+    steps = [lambda: c.finish_binding(share), lambda: c.apply("pod", "MODIFIED", bound(p))]
     for step in steps if order == "outcome first" else reversed(steps):
         step()
         assert used(c) == (8192, 4)
-    assert not c.assumed and not c.in_flight and not c.pending
+    assert not c.assumed()
 
 
 def test_an_old_unbound_event_after_our_bind_changes_nothing():
@@ -83,16 +80,15 @@ def test_an_old_unbound_event_after_our_bind_changes_nothing():
     p = sched_pod(slice_(16, 4))
     assumed(c, p)
     c.apply("pod", "MODIFIED", p)  # older than our binding
-    assert not c.pending and used(c) == (8192, 4)
+    assert c.is_assumed(p["metadata"]["uid"]) and used(c) == (8192, 4)
 
 
-def test_refused_write_gives_the_share_back_and_the_pod_waits_again():
+def test_refused_write_gives_the_share_back():
     c = cache()
     p = sched_pod(slice_(16, 4))
     share = assumed(c, p)
-    assert c.bind_failed(share, p)
-    assert c.state.card(CARD).idle and list(c.pending) == [p["metadata"]["uid"]]
-    assert not c.assumed and not c.in_flight
+    assert c.binding_refused(share, 500) == DROPPED
+    assert c.card(CARD).idle and not c.assumed()
 
 
 def test_refused_write_after_the_watch_showed_it_bound_keeps_the_real_share():
@@ -100,20 +96,21 @@ def test_refused_write_after_the_watch_showed_it_bound_keeps_the_real_share():
     p = sched_pod(slice_(16, 4))
     share = assumed(c, p)
     c.apply("pod", "MODIFIED", bound(p, 4096, 2))  # bound by someone else (then our write: 409)
-    assert not c.bind_failed(share, p)
-    assert used(c) == (4096, 2) and not c.pending
+    assert c.binding_refused(share, 409) is None and not c.forget(share)
+    assert used(c) == (4096, 2) and not c.assumed()
 
 
 def test_409_then_a_read_counts_the_other_binding_not_ours():
     c = cache()
     p = sched_pod(slice_(16, 4))
     share = assumed(c, p)
-    c.bind_unknown(share, "default", p["metadata"]["name"])  # 409: hold it until the read
-    assert used(c) == (8192, 4) and p["metadata"]["uid"] in c.uncertain
+    assert c.binding_refused(share, 409) == READ  # hold it until the read
+    assert used(c) == (8192, 4) and c.uncertain() == [(p["metadata"]["uid"], "default",
+                                                         p["metadata"]["name"])]
     other = bound(p, 4096, 2, card="n0-mthreads-1")
     assert c.resolved(p["metadata"]["uid"], 200, other) == "bound"
-    assert c.state.card(CARD).idle and used(c, "n0-mthreads-1") == (4096, 2)
-    assert not c.uncertain and not c.assumed
+    assert c.card(CARD).idle and used(c, "n0-mthreads-1") == (4096, 2)
+    assert not c.uncertain() and not c.assumed()
 
 
 def test_lost_connection_holds_the_share_until_a_read_says_unbound():
@@ -121,27 +118,25 @@ def test_lost_connection_holds_the_share_until_a_read_says_unbound():
     p = sched_pod(whole(1))
     share = assumed(c, p, 49152, 16)
     uid = p["metadata"]["uid"]
-    c.bind_unknown(share, "default", p["metadata"]["name"])
+    assert c.binding_unknown(share)
     assert c.resolved(uid, 0, None) == "unknown"  # still unreachable: keep counting
-    assert used(c) == (49152, 16) and uid in c.uncertain
+    assert used(c) == (49152, 16) and c.phase(uid) is Phase.UNCERTAIN
     assert c.resolved(uid, 200, p) == "unbound"
-    assert c.state.card(CARD).idle and list(c.pending) == [uid] and not c.uncertain
+    assert c.card(CARD).idle and not c.uncertain() and not c.assumed()
 
 
 @pytest.mark.parametrize("status, body", [(404, None), (200, "another uid")])
 def test_a_read_that_finds_the_pod_gone_forgets_it(status, body):
-    settled = []
-    c = cache(on_settled=settled.append)
+    c = cache()
     p = sched_pod(slice_(8))
     share = assumed(c, p)
-    c.bind_unknown(share, "default", p["metadata"]["name"])
+    c.binding_unknown(share)
     got = None
     if body:
         got = copy.deepcopy(p)
         got["metadata"]["uid"] = body
     assert c.resolved(p["metadata"]["uid"], status, got) == "gone"
-    assert c.state.card(CARD).idle and not c.uncertain and not c.assumed and not c.pending
-    assert settled == [p["metadata"]["uid"]]
+    assert c.card(CARD).idle and not c.uncertain() and not c.assumed()
 
 
 def test_a_read_while_the_write_is_under_way_decides_nothing():
@@ -161,62 +156,101 @@ def test_relist_in_the_middle_keeps_only_binds_newer_than_the_list():
     # a lost watch: the relist shows a still unbound (our write is newer), b bound, gone gone
     c.apply("pod", "RESET", [a, bound(b, 1024, 1), plain_bound()])
     assert used(c) == (2048, 2)
-    assert set(c.assumed) == {a["metadata"]["uid"]} and not c.pending
+    assert c.assumed() == [a["metadata"]["uid"]]
     c.apply("pod", "RESET", [bound(a, 1024, 1), bound(b, 1024, 1)])
-    assert used(c) == (2048, 2) and not c.assumed
+    assert used(c) == (2048, 2) and not c.assumed()
 
 
 def plain_bound() -> dict:
     return sched_pod(plain(cpu="1"), node="n0", phase="Running")
 
 
-def test_changed_annotations_of_a_pending_pod_are_reported():
-    changed = []
-    c = cache(on_changed=changed.append)
-    p = sched_pod(slice_(8))
-    c.apply("pod", "ADDED", p)
-    c.apply("pod", "MODIFIED", p)
-    assert changed == []
-    q = copy.deepcopy(p)
-    q["metadata"]["annotations"][keys.USE_CARDS] = CARD
-    c.apply("pod", "MODIFIED", q)
-    assert changed == [p["metadata"]["uid"]]
-
-
-def test_deleted_pod_frees_its_share_and_is_settled():
-    settled = []
-    c = cache(on_settled=settled.append)
+@pytest.mark.parametrize("event", ["DELETED", "MODIFIED"])
+def test_a_deleted_or_finished_pod_frees_its_share(event):
+    c = cache()
     p = bound(sched_pod(slice_(16, 4)))
     c.apply("pod", "ADDED", p)
-    assert used(c) == (8192, 4)
-    c.apply("pod", "DELETED", p)
-    assert c.state.card(CARD).idle and settled == [p["metadata"]["uid"]] * 2
+    assert used(c) == (8192, 4) and len(c.snapshot().bound) == 1
+    if event == "MODIFIED":
+        p["status"]["phase"] = "Succeeded"
+    c.apply("pod", event, p)
+    assert c.card(CARD).idle and c.snapshot().bound == ()
+
+
+# --- reservations (the extender's filter) -------------------------------------------------------
+
+def test_a_reservation_is_counted_until_it_lapses():
+    c = cache(shows_unbound=False)
+    p = sched_pod(slice_(16, 4))
+    reserved(c, p, until=100.0)
+    uid = p["metadata"]["uid"]
+    assert c.reservations() == [uid] and used(c) == (8192, 4) and not c.in_doubt(uid)
+    assert c.expire(99.9) == 0 and used(c) == (8192, 4)
+    assert c.expire(100.0) == 1 and c.card(CARD).idle and not c.assumed()
+
+
+def test_a_taken_reservation_is_a_binding_and_lapses_no_more():
+    c = cache(shows_unbound=False)
+    p = sched_pod(slice_(16, 4))
+    reserved(c, p)
+    uid = p["metadata"]["uid"]
+    taken = c.take_reservation(uid, lambda r: None)
+    assert taken.placement.node == "n0" and taken.pod is p
+    assert c.phase(uid) is Phase.BINDING and c.expire(float("inf")) == 0 and used(c) == (8192, 4)
+    assert c.take_reservation(uid, lambda r: None) is None  # taken once
+
+
+def test_a_reservation_refused_at_its_bind_is_released():
+    c = cache(shows_unbound=False)
+    p = sched_pod(slice_(16, 4))
+    reserved(c, p)
+    assert c.take_reservation(p["metadata"]["uid"], lambda r: "node(s) had untolerated taint") \
+        == "node(s) had untolerated taint"
+    assert c.card(CARD).idle and not c.assumed()
+
+
+def test_a_new_reservation_of_the_pod_replaces_the_old_and_release_drops_it():
+    c = cache(shows_unbound=False)
+    p = sched_pod(slice_(16, 4))
+    reserved(c, p)
+    reserved(c, p)
+    assert c.reservations() == [p["metadata"]["uid"]] and used(c) == (8192, 4)
+    assert c.release(p["metadata"]["uid"]) and c.card(CARD).idle
+    assert not c.release(p["metadata"]["uid"])
+
+
+def test_release_leaves_a_binding_alone():
+    c = cache()
+    p = sched_pod(slice_(16, 4))
+    assumed(c, p)
+    assert not c.release(p["metadata"]["uid"]) and used(c) == (8192, 4)
 
 
 # --- a watch of bound pods only (the extender's) ---------------------------------------------
 
-def test_with_bound_pods_watched_only_no_pod_waits():
-    c = cache(None, unbound_watched=False)
-    p = sched_pod(slice_(16, 4))
-    c.apply("pod", "ADDED", p)  # not what that watch sends; kept nowhere if it did
-    share = assumed(c, p)
-    assert c.bind_failed(share, p)
-    assert not c.pending and not c.assumed and c.state.card(CARD).idle
-
-
-@pytest.mark.parametrize("unbound_watched, listed, kept", [
+@pytest.mark.parametrize("shows_unbound, listed, kept", [
     (True, "unbound", True),  # our binding is newer than the list
     (True, "absent", False),  # gone
     (True, "bound", True),  # its real share, the same
-    (False, "absent", True),  # pending, or bound after the list, or gone: the caller asks
+    (False, "absent", True),  # pending, or bound after the list, or gone: read it
     (False, "bound", True),
 ])
-def test_a_relist_keeps_the_assumed_shares_the_list_cannot_contradict(unbound_watched, listed, kept):
-    c = cache(None, unbound_watched=unbound_watched)
+def test_a_relist_keeps_the_assumed_shares_the_list_cannot_contradict(shows_unbound, listed, kept):
+    c = cache(shows_unbound)
     p = sched_pod(slice_(16, 4))
     share = assumed(c, p)
-    c.bind_ok(share)
+    c.finish_binding(share)
     shown = {"unbound": [p], "absent": [], "bound": [bound(p)]}[listed]
     c.apply("pod", "RESET", shown)
     assert used(c) == ((8192, 4) if kept else (0, 0))
-    assert (p["metadata"]["uid"] in c.assumed) == (kept and listed != "bound")
+    assert c.is_assumed(p["metadata"]["uid"]) == (kept and listed != "bound")
+    # written, and not shown by a list of bound pods: its outcome must be read again
+    assert (c.phase(p["metadata"]["uid"]) is Phase.UNCERTAIN) == (not shows_unbound and listed == "absent")
+
+
+def test_a_relist_of_bound_pods_keeps_the_reservations():
+    c = cache(shows_unbound=False)
+    p = sched_pod(slice_(16, 4))
+    reserved(c, p)
+    c.apply("pod", "RESET", [])
+    assert c.reservations() == [p["metadata"]["uid"]] and used(c) == (8192, 4)

@@ -5,7 +5,7 @@ order, reason text) fails this test."""
 import hashlib
 import random
 
-from webhook.scheduling.decide import NoFit, decide
+from webhook.scheduling.decide import NoFit, place
 from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
@@ -45,7 +45,7 @@ def fill(node_policy: str, gpu_policy: str) -> str:
             state.remove(held.pop(rng.randrange(len(held))))
         p = _pod(rng, i)
         ask = request_of(p, config, FLEET)
-        result = decide(p, ask.request, state, config, ask.need)
+        result = place(p, ask, state, config)
         if isinstance(result, NoFit):
             digest.update(f"{i} nofit {result.message}\n".encode())
             refused += 1

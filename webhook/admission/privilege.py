@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
-from ..pods import InvalidRequest, container_name
+from ..pods import InvalidRequest, Rule, container_name
 
 CARD_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL"})
 # Host directories that reach every card, and why (said in the denial).
@@ -41,12 +41,12 @@ def check_privilege(pod: dict, items: list[dict], whole_pod: bool = True) -> Non
         found = _reaches_every_card(c, card_volumes)
         if found:
             what, why = found
-            raise InvalidRequest(8, f'container "{container_name(c)}": {what} is not allowed '
+            raise InvalidRequest(Rule.HOST_REACH, f'container "{container_name(c)}": {what} is not allowed '
                                     f"in an Mthreads pod (it would reach every card of the "
                                     f"node{why})")
     if whole_pod and card_volumes:
         name, (path, why) = next(iter(card_volumes.items()))
-        raise InvalidRequest(8, f"volume {name!r}: hostPath {path!r} is not allowed in an "
+        raise InvalidRequest(Rule.HOST_REACH, f"volume {name!r}: hostPath {path!r} is not allowed in an "
                                 f"Mthreads pod (a container mounting it would reach every card "
                                 f"of the node: {why})")
 

@@ -11,9 +11,8 @@ import re
 
 from .. import annotations as keys
 from ..config import POLICIES  # what the allocator implements
-from ..pods import InvalidRequest
+from ..pods import InvalidRequest, Rule
 
-RULE = 13  # docs/rules.md
 POLICY_KEYS = (keys.NODE_POLICY, keys.GPU_POLICY)
 CARD_KEYS = (keys.USE_CARDS, keys.NOUSE_CARDS)
 USER_KEYS = POLICY_KEYS + CARD_KEYS
@@ -30,13 +29,13 @@ def check_user_annotations(ann: dict, only: tuple[str, ...] = USER_KEYS) -> None
         value = ann[key]
         if key in POLICY_KEYS:
             if value not in POLICIES:
-                raise InvalidRequest(RULE, f"annotation {key}={value!r} is not a policy the "
+                raise InvalidRequest(Rule.POLICY_ANNOTATIONS, f"annotation {key}={value!r} is not a policy the "
                                            f"allocator implements; valid values are "
                                            f"{', '.join(POLICIES)}")
         elif not isinstance(value, str) or not all(CARD_ID.fullmatch(p.strip())
                                                    for p in value.split(",")):
             bad = value if not isinstance(value, str) else next(
                 p.strip() for p in value.split(",") if not CARD_ID.fullmatch(p.strip()))
-            raise InvalidRequest(RULE, f"annotation {key}={value!r}: {bad!r} is not a card id; "
+            raise InvalidRequest(Rule.POLICY_ANNOTATIONS, f"annotation {key}={value!r}: {bad!r} is not a card id; "
                                        f"the value is card ids <node>-mthreads-<index> separated "
                                        f"by commas, e.g. node-1-mthreads-0,node-1-mthreads-1")

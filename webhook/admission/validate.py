@@ -7,13 +7,12 @@ from dataclasses import dataclass
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..pods import InvalidRequest, PodRequest, containers, is_mthreads_pod, read_request, \
+from ..pods import InvalidRequest, PodRequest, Rule, containers, is_mthreads_pod, read_request, \
     resource_names
 from .privilege import check_privilege, ephemeral_containers
 from .user_annotations import USER_KEYS, check_user_annotations
 
 OPT_OUT_LABEL, OPT_OUT_VALUE = "hami.io/webhook", "ignore"
-OPT_OUT_RULE = 12  # docs/rules.md
 # Written by the webhook on CREATE (or chosen by the user then): after it, rule 10's writers only.
 SET_AT_CREATE = (keys.TO_ALLOCATE, keys.REQUEST_GPU_NUM, keys.CARD_MODEL)
 NODES_GROUP = "system:nodes"
@@ -73,7 +72,7 @@ def check_create(pod: dict, rules: Rules, username: str,
     check_user_annotations(ann)
     spec = pod.get("spec")
     if not writer and isinstance(spec, dict) and spec.get("nodeName"):
-        raise InvalidRequest(9, f"spec.nodeName={spec['nodeName']!r} is set: an Mthreads pod "
+        raise InvalidRequest(Rule.PRESET_NODE, f"spec.nodeName={spec['nodeName']!r} is set: an Mthreads pod "
                                 f"must be placed by the allocator, which picks its card")
     return request
 
@@ -93,11 +92,11 @@ def check_update(old: dict, new: dict, rules: Rules, username: str,
     who = username or "anonymous"
     changed = sorted(k for k in keys.ALLOCATION_KEYS if before.get(k) != after.get(k))
     if changed:
-        raise InvalidRequest(10, f"annotation {changed[0]} may only be changed by the allocator "
+        raise InvalidRequest(Rule.ALLOCATION_WRITERS, f"annotation {changed[0]} may only be changed by the allocator "
                                  f"({rules.config.allocator.user}), not by {who}")
     for key in SET_AT_CREATE:
         if before.get(key) != after.get(key):
-            raise InvalidRequest(10, f"annotation {key} is set when the pod is created; after "
+            raise InvalidRequest(Rule.ALLOCATION_WRITERS, f"annotation {key} is set when the pod is created; after "
                                      f"that it may only be changed by the allocator "
                                      f"({rules.config.allocator.user}), not by {who}")
     steering = tuple(k for k in USER_KEYS if before.get(k) != after.get(k))
@@ -105,7 +104,7 @@ def check_update(old: dict, new: dict, rules: Rules, username: str,
         spec = old.get("spec")
         node = spec.get("nodeName") if isinstance(spec, dict) else None
         if node:
-            raise InvalidRequest(10, f"annotation {steering[0]} steers where the pod is placed; "
+            raise InvalidRequest(Rule.ALLOCATION_WRITERS, f"annotation {steering[0]} steers where the pod is placed; "
                                      f"the pod is bound (to {node!r}), so only the allocator "
                                      f"({rules.config.allocator.user}) may change it, not {who}")
     opting_out = labels_of(new).get(OPT_OUT_LABEL) == OPT_OUT_VALUE != labels_of(old).get(OPT_OUT_LABEL)
@@ -129,7 +128,7 @@ def _is_mthreads(obj: dict, rules: Rules) -> bool:
 
 
 def _refuse_opt_out() -> None:
-    raise InvalidRequest(OPT_OUT_RULE, f"label {OPT_OUT_LABEL}={OPT_OUT_VALUE} opts a pod out of "
+    raise InvalidRequest(Rule.OPT_OUT, f"label {OPT_OUT_LABEL}={OPT_OUT_VALUE} opts a pod out of "
                                        f"the webhook, for the webhook's own pods and other "
                                        f"infrastructure; a pod that asks for Mthreads resources "
                                        f"may not carry it (it would go unallocated)")
@@ -145,7 +144,7 @@ def check_binding(binding: dict, rules: Rules, username: str) -> None:
         meta = binding.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
         pod = f"pod {name!r}" if isinstance(name, str) and name else "a pod"
-        raise InvalidRequest(10, f"annotation {forged[0]} may only be written by the allocator "
+        raise InvalidRequest(Rule.ALLOCATION_WRITERS, f"annotation {forged[0]} may only be written by the allocator "
                                  f"({rules.config.allocator.user}); {username or 'anonymous'} "
                                  f"may not bind {pod} with it")
 
@@ -153,5 +152,5 @@ def check_binding(binding: dict, rules: Rules, username: str) -> None:
 def _refuse_allocation_keys(ann: dict) -> None:
     forged = sorted(keys.ALLOCATION_KEYS.intersection(ann))
     if forged:
-        raise InvalidRequest(10, f"annotation {forged[0]} is written by the allocator when it "
+        raise InvalidRequest(Rule.ALLOCATION_WRITERS, f"annotation {forged[0]} is written by the allocator when it "
                                  f"binds the pod; a new pod may not carry it")

@@ -2,10 +2,12 @@
 
 Only the Lease holder runs a session (watches + decisions). Every session starts from a
 fresh list of nodes and pods, so usage is rebuilt from the bound pods' annotations before
-anything is decided (scheduling/cache.py keeps the shares of our bindings the watch has not
-shown yet). Every API call runs elsewhere: the bindings and the re-reads of pods whose
-binding outcome is unknown in the binder's pool, whose outcomes come back through the same
-queue as the watch events; the reports on unschedulable pods on the reporter's thread.
+anything is decided. Each pod event goes to the scheduler cache (scheduling/cache.py: the
+shares, and the lifecycle of the ones we assume) and, while the pod waits, to the pending
+queue (scheduling/queue.py: the order and each pod's backoff). Every API call runs elsewhere:
+the bindings and the re-reads of pods whose binding outcome is unknown in the binder's pool,
+whose outcomes come back through the same event queue as the watch events; the reports on
+unschedulable pods on the reporter's thread.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 from .. import annotations as keys
 from ..cards import Fleet
@@ -27,74 +28,23 @@ from ..kube.leader import LeaderElector
 from ..kube.reporter import Reporter
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
-from ..scheduling.cache import PodCache, name_of, uid_of
-from ..scheduling.decide import NoFit, Placement, decide
-from ..scheduling.priority import pod_priority
+from ..scheduling.cache import DROPPED, READ, Phase, SchedulerCache
+from ..scheduling.decide import NoFit, Placement, place
+from ..scheduling.pod_status import is_bound, is_finished, uid_of
+from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue
 from ..scheduling.request import request_of
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-RETRY_BACKSTOP = 30.0  # retry an unschedulable pod at least this often even if nothing changed
-ERROR_RETRY = 2.0  # after a failed write
 REREAD_EVERY = 1.0  # seconds between re-reads of one pod whose binding outcome is unknown
-# A pod that did not fit waits this long before it is decided again, whatever changes, doubling
-# with each try that places nothing: kube-scheduler's podInitialBackoffSeconds and
-# podMaxBackoffSeconds. So a pod that is costly to decide (a huge node affinity) and never fits
-# takes the decision thread for one decision every 10 s at most, not one per cluster change.
-POD_INITIAL_BACKOFF = 1.0
-POD_MAX_BACKOFF = 10.0
-
-
-def queue_order(pod: dict) -> tuple:
-    """kube-scheduler's queue order: higher `spec.priority` first, then the older pod (name
-    breaks ties). No preemption here: a pod that fits nowhere waits (docs/allocator.md)."""
-    return (-pod_priority(pod), pod["metadata"].get("creationTimestamp") or "", name_of(pod))
-
-
-def backoff_seconds(failures: int, initial: float, maximum: float) -> float:
-    """How long a pod waits after `failures` tries in a row that placed nothing: `initial`
-    after the first, doubling, at most `maximum` (kube-scheduler's arithmetic)."""
-    if failures < 1 or initial <= 0:
-        return 0.0
-    return max(0.0, min(initial * 2.0 ** min(failures - 1, 60), maximum))
-
-
-@dataclass(frozen=True)
-class LastTry:
-    generation: int | None  # the state's generation it did not fit at; None: a write failed
-    at: float  # monotonic
-    failures: int = 0  # tries in a row that placed nothing (0 after a failed write)
-    backoff: float = 0.0  # seconds from `at` before it is tried again, whatever changes
-
-    def due(self, generation: int, now: float) -> bool:
-        if self.generation is None:  # back off a little
-            return now - self.at >= ERROR_RETRY
-        if now - self.at < self.backoff:
-            return False
-        return self.generation != generation or now - self.at >= RETRY_BACKSTOP
-
-
-def failed_try(last: LastTry | None, generation: int, now: float, initial: float,
-               maximum: float) -> LastTry:
-    """The record after one more try that placed nothing (`last`: the one before, if any)."""
-    failures = (last.failures if last is not None else 0) + 1
-    return LastTry(generation, now, failures, backoff_seconds(failures, initial, maximum))
-
-
-def concerns(old: dict, new: dict) -> bool:
-    """An update of a pending pod that may change its decision: its spec or annotations (not
-    its status, which the allocator's own reports write, nor its resourceVersion)."""
-    def annotations(p: dict):
-        return (p.get("metadata") or {}).get("annotations")
-    return old.get("spec") != new.get("spec") or annotations(old) != annotations(new)
 
 
 class Allocator:
     def __init__(self, config: Config, api: Api, leader: LeaderElector, metrics: Metrics,
                  identity: str, bind_threads: int, backoff: tuple[float, float] | None = None):
-        """`backoff`: (initial, maximum) seconds of a pod that did not fit (None: the module's
-        POD_INITIAL_BACKOFF and POD_MAX_BACKOFF; (0, 0): retried on every change, as before)."""
+        """`backoff`: (initial, maximum) seconds of a pod that did not fit (None: the queue's
+        POD_INITIAL_BACKOFF and POD_MAX_BACKOFF; (0, 0): retried on every change)."""
         self.config, self.api, self.leader, self.metrics = config, api, leader, metrics
         self.backoff = backoff if backoff is not None else (POD_INITIAL_BACKOFF, POD_MAX_BACKOFF)
         self.clock = time.monotonic  # of the retry times (a test's own clock)
@@ -109,26 +59,16 @@ class Allocator:
         self._reset()
 
     def _reset(self) -> None:
-        self.cache = PodCache(self.config.mthreads, self.config.scheduler_name,
-                              on_settled=self._settled, on_changed=self._changed,
-                              bound=self.metrics.bound)
-        self.tries: dict[str, LastTry] = {}  # pending pods that did not fit, or whose write failed
-        # (their backoff: a change of the state retries one only once its backoff is over)
+        self.cache = SchedulerCache(self.config.mthreads)
+        self.queue = PendingQueue(self.config.scheduler_name, self.backoff, lambda: self.clock())
         self.reading: set[str] = set()  # uncertain pods whose re-read is under way
         self.last_read: dict[str, float] = {}  # uid -> monotonic of its last re-read
 
-    def _changed(self, uid: str) -> None:
-        # the user changed what the pod asks for: try again now, its backoff starts over
-        self.tries.pop(uid, None)
-
     def _settled(self, uid: str) -> None:
-        self.tries.pop(uid, None)
+        """The pod was seen bound or gone: nothing of it waits here any more."""
+        self.queue.remove(uid)
         self.last_read.pop(uid, None)
         self.reporter.forget(uid)
-
-    @property
-    def state(self):
-        return self.cache.state
 
     # sessions
     def _start_session(self) -> None:
@@ -159,11 +99,20 @@ class Allocator:
         elif kind == READ_OUTCOME:
             self._read_outcome(obj)
         else:
-            if kind == "pod" and event not in ("RESET", "DELETED"):
-                old = self.cache.pending.get(uid_of(obj))
-                if old is not None and concerns(old, obj):
-                    self._changed(uid_of(obj))
             self.cache.apply(kind, event, obj)
+            if kind == "pod":
+                self._route_pod(event, obj)
+
+    def _route_pod(self, event: str, obj) -> None:
+        """A pod event, after the cache has it: a pending pod of ours waits in the queue (not
+        while we are binding it: an event older than our binding)."""
+        if event == "RESET":
+            self.queue.relist([p for p in obj if not is_bound(p) and not is_finished(p)
+                               and not self.cache.is_assumed(uid_of(p))])
+        elif event == "DELETED" or is_bound(obj) or is_finished(obj):
+            self._settled(uid_of(obj))
+        elif not self.cache.is_assumed(uid_of(obj)):
+            self.queue.upsert(obj)
 
     def _drain(self, wait: float) -> None:
         try:
@@ -179,27 +128,20 @@ class Allocator:
             self._apply(*item)
 
     # decisions
-    def _due(self, uid: str, now: float) -> bool:
-        last = self.tries.get(uid)
-        return last is None or last.due(self.state.generation, now)
-
     def schedule_pass(self) -> int:
         """Try every pending pod that is due; returns the number of bindings sent."""
         self._reread_uncertain()
         bound = 0
-        now = self.clock()
-        pending = self.cache.pending
-        for pod in sorted(pending.values(), key=queue_order):
+        for pod in self.queue.due(self.cache.generation):
             uid = uid_of(pod)
-            if uid not in pending or not self._due(uid, now):
-                continue
             while self.binder.full and not self.stop.is_set():
                 self._drain(0.5)  # wait for a write to finish
             if not self.leader.holds() or self.stop.is_set():
                 break
-            if uid not in pending:  # gone or changed while we waited
+            pod = self.queue.get(uid)
+            if pod is None:  # gone or bound while we waited
                 continue
-            bound += self.attempt(pending[uid])
+            bound += self.attempt(pod)
             self._drain(0)  # keep the state current between decisions
         return bound
 
@@ -212,7 +154,7 @@ class Allocator:
             self._failed(uid)
             self.reporter.unschedulable(pod, ask.invalid)
             return 0
-        result = decide(pod, ask.request, self.state, self.config, ask.need, ask.devices)
+        result = self.cache.read(lambda state: place(pod, ask, state, self.config))
         self.metrics.decision_seconds.observe(time.perf_counter() - t0)
         if isinstance(result, NoFit):
             for r in result.rejected or ("NoNodes",):
@@ -223,8 +165,7 @@ class Allocator:
         return self.bind(pod, result, ask.request is not None)
 
     def _failed(self, uid: str) -> None:
-        self.tries[uid] = failed_try(self.tries.get(uid), self.state.generation, self.clock(),
-                                     *self.backoff)
+        self.queue.unschedulable(uid, self.cache.generation)
 
     def bind(self, pod: dict, p: Placement, mthreads: bool) -> int:
         """Assume the share now, so the next decision sees it, and send the write."""
@@ -233,8 +174,8 @@ class Allocator:
             return 0
         body = binding_body(meta["namespace"], meta["name"], meta["uid"], p, time.time_ns(),
                             with_annotations=mthreads)
-        self.tries.pop(meta["uid"], None)
-        self.cache.assume(p.share)
+        self.queue.remove(meta["uid"])
+        self.cache.assume(p.share, meta["namespace"], meta["name"])
         self.binder.submit(self.session, pod, p, body)
         return 1
 
@@ -244,27 +185,25 @@ class Allocator:
         share = o.placement.share
         if o.status is None:
             # we do not know whether it happened: hold the share until a read tells us
-            self.cache.bind_unknown(share, ns, name)
+            self.cache.binding_unknown(share)
             log.warning("bind %s/%s: %s; outcome unknown, holding its cards until re-read",
                         ns, name, o.message)
             return
         self.metrics.bind_seconds.observe(o.seconds)
         if o.ok:
-            self.cache.bind_ok(share)
+            self.cache.finish_binding(share)
             self.metrics.allocated.inc()
             self.reporter.forget(uid)
             devices = meta.get("annotations", {}).get(keys.ALLOCATED, "-")
             log.info("bound %s/%s to %s: %s", ns, name, o.placement.node, devices)
             return
-        if o.status in (404, 409):  # gone, or bound by someone else: hold the share, read now
+        left = self.cache.binding_refused(share, o.status)
+        if left == READ:  # gone, or bound by someone else: the share is held till a read tells
             log.info("bind %s/%s: %s; re-reading it", ns, name, o.message)
-            self.cache.bind_unknown(share, ns, name)
-            if uid in self.cache.uncertain:
-                self._reread(uid, ns, name)
-            return
-        log.warning("bind %s/%s: %s", ns, name, o.message)
-        if self.cache.bind_failed(share, o.pod):
-            self.tries[uid] = LastTry(None, self.clock())
+            self._reread(uid, ns, name)
+        elif left == DROPPED:  # nothing was written: it waits again
+            log.warning("bind %s/%s: %s", ns, name, o.message)
+            self.queue.write_failed(o.pod)
 
     def _reread(self, uid: str, ns: str, name: str) -> None:
         self.reading.add(uid)
@@ -273,23 +212,26 @@ class Allocator:
 
     def _read_outcome(self, o: ReadOutcome) -> None:
         self.reading.discard(o.uid)
-        if o.uid in self.cache.uncertain:
-            self.cache.resolved(o.uid, o.status, o.pod)
+        if self.cache.phase(o.uid) is not Phase.UNCERTAIN:
+            return
+        outcome = self.cache.resolved(o.uid, o.status, o.pod)
+        if outcome == "unbound":  # our binding did not happen: it waits again
+            self.queue.upsert(o.pod)
+        elif outcome in ("bound", "gone"):
+            self._settled(o.uid)
 
     def _reread_uncertain(self) -> None:
         now = time.monotonic()
-        for uid, (ns, name) in list(self.cache.uncertain.items()):
+        for uid, ns, name in self.cache.uncertain():
             if uid not in self.reading and now - self.last_read.get(uid, 0.0) >= REREAD_EVERY:
                 self._reread(uid, ns, name)
 
     # the loop
     def update_gauges(self) -> None:
-        rows = []
-        for info in self.state.nodes.values():
-            for c in info.cards.cards:
-                u = self.state.card(c.id)
-                rows.append((info.name, c.id, u.memory_mib, u.cores))
-        self.metrics.set_cards(rows)
+        def rows(state):
+            return [(info.name, c.id, state.card(c.id).memory_mib, state.card(c.id).cores)
+                    for info in state.nodes.values() for c in info.cards.cards]
+        self.metrics.set_cards(self.cache.read(rows))
 
     def run(self) -> None:
         last_gauges = 0.0

@@ -49,8 +49,8 @@ def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_b
     metrics = Metrics()
     leader = LeaderElector(api, ns, me)
     allocator = Allocator(config, api, leader, metrics, me, bind_threads)
-    metrics.registry.register(HamiCollector(lambda: allocator.state.nodes.values(), metrics.bound))
-    metrics.registry.register(PendingCollector(lambda: allocator.cache.pending.values()))
+    metrics.registry.register(HamiCollector(lambda: allocator.cache.snapshot()))
+    metrics.registry.register(PendingCollector(lambda: allocator.queue.pods()))
     server = serve(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()

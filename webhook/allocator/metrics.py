@@ -9,7 +9,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..bind_address import listen_address
-from ..observe.fleet import BoundPods
 
 
 class Metrics:
@@ -31,7 +30,6 @@ class Metrics:
                                 "Core groups handed out per card", ["node", "card"], registry=r)
         self.leader = Gauge("mthreads_allocator_leader", "1 while this process holds the Lease",
                             registry=r)
-        self.bound = BoundPods()  # the bound pods' cards, for HAMi's metrics (observe/)
 
     def set_cards(self, rows: list[tuple[str, str, int, int]]) -> None:
         """Replace the per-card gauges with (node, card, memory MiB, cores) rows."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 from ..config import Config
 from ..pods import Kind
 from ..scheduling.allocatable import fit_node, for_node
-from ..scheduling.card_fit import least_card, may_fit
 from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.inventory import Card
 from ..scheduling.node_fit import node_rules_reason
@@ -36,7 +35,7 @@ def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     if ask.need is None:
         return None, ()
     _, gpu_policy = policies(pod, config)
-    reason, cards = fit_node(ask.need, ask.devices, info, state, gpu_policy)
+    reason, cards = fit_node(ask.need, ask.device_requests, info, state, gpu_policy)
     return for_node(reason, info), cards
 
 
@@ -63,22 +62,18 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     when none fits."""
     node_policy, gpu_policy = policies(pod, config)
     if ask.need is not None and not ask.invalid:
-        # The nodes in the policy's order: the first of kube-scheduler's that fits is the one
-        # the policy picks among them (as decide's first fit), so a filter reads a few nodes.
-        given = set(names)
-        for name in state.in_order(node_policy, *least_card(ask.need)):
-            if name not in given or not may_fit(ask.need, state.room[name]) \
-                    or state.node_held_whole(name):
-                continue
-            reason, cards = fit_node(ask.need, ask.devices, state.nodes[name], state, gpu_policy)
-            if reason is None:
-                return placement(pod, ask.request, name, cards, pod_requests(pod), ask.devices), {}
+        # the first of kube-scheduler's nodes that fits in the policy's order is the one the
+        # policy picks among them: a filter reads a few nodes
+        found = first_fit(pod, ask, state, node_policy, gpu_policy, set(names).__contains__,
+                          node_rules=False)
+        if found is not None:
+            return found, {}
     fitting, failed = fitting_nodes(pod, ask, names, state, config)
     if not fitting:
         return None, failed
     kind = ask.request.kind if ask.request is not None else Kind.NONE
     node = best_node([state.nodes[n] for n in fitting], state, kind, node_policy).name
-    return placement(pod, ask.request, node, fitting[node], pod_requests(pod), ask.devices), failed
+    return placement(pod, ask.request, node, fitting[node], pod_requests(pod), ask.device_requests), failed
 
 
 def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
@@ -91,8 +86,7 @@ def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
         return None
     node_policy, gpu_policy = policies(pod, config)
     given = set(names)
-    found = first_fit(pod, ask.request, pod.get("spec") or {}, pod_requests(pod), ask.devices,
-                      ask.need, state, node_policy, gpu_policy, skip=given.__contains__)
+    found = first_fit(pod, ask, state, node_policy, gpu_policy, lambda name: name not in given)
     return found.node if found is not None else None
 
 
@@ -123,7 +117,7 @@ def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     reason, cards = cards_on(pod, ask, node, state, config)
     if reason is not None:
         return reason
-    return placement(pod, ask.request, node, cards, pod_requests(pod), ask.devices)
+    return placement(pod, ask.request, node, cards, pod_requests(pod), ask.device_requests)
 
 
 def node_refusal(pod: dict, node: str, state: ClusterState) -> str | None:

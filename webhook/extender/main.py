@@ -19,6 +19,7 @@ import gc
 import logging
 import signal
 import socket
+from functools import partial
 from typing import Callable
 
 import uvloop
@@ -27,6 +28,8 @@ from ..bind_address import listen_address
 from ..config import Config
 from ..kube.api import Api, make_api_client
 from ..kube.async_api import AsyncApi
+from ..kube.async_informer import AsyncInformer
+from ..kube.informer import Informer
 from ..observe.hami_metrics import metrics_page
 from .app import ExtenderApp
 from .cache import Cache
@@ -42,17 +45,20 @@ log = logging.getLogger("webhook.extender")
 GC_YOUNG = 20_000  # allocations between young collections (Python's default: 700)
 
 
-def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
-    """The extender app over a started cache, whose watches `serve` runs on its loop (on
-    threads for a configuration that goes through a proxy, which AsyncApi leaves to Api)."""
+def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache, list[Informer]]:
+    """The extender app over its cache, whose watches `serve` runs on its loop (here on
+    threads, already started, for a configuration that goes through a proxy, which AsyncApi
+    leaves to Api)."""
     async_api = AsyncApi(api)
-    cache = Cache(config, api).start(watch_on_threads=async_api.proxied)
-    return ExtenderApp(Extender(config, cache, async_api),
-                       metrics_page(lambda: cache.state.nodes.values(), cache.bound)), cache
+    cache = Cache(config)
+    threaded = [Informer(api, kind, path, selector, lambda item: cache.apply(*item[1:]), 1).start()
+                for kind, path, selector in cache.watched()] if async_api.proxied else []
+    return ExtenderApp(Extender(config, cache, async_api), metrics_page(cache.core.snapshot)), \
+        cache, threaded
 
 
 async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket,
-                pages_sock: socket.socket | None = None) -> None:
+                pages_sock: socket.socket | None = None, threaded: bool = False) -> None:
     """Answer on `sock` (and the pages alone on `pages_sock`) until SIGTERM or SIGINT, then
     stop gracefully."""
     servers = [HttpServer(application.respond)]
@@ -60,7 +66,12 @@ async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket,
         servers.append(HttpServer(application.respond_pages))
     for server, listening in zip(servers, (sock, pages_sock)):
         await server.start(listening)
-    watches = [asyncio.ensure_future(w) for w in cache.watches(application.ext.api)]
+    ext = application.ext
+    watches = [] if threaded else [
+        asyncio.ensure_future(AsyncInformer(ext.api, kind, path, selector,
+                                            partial(cache.apply, kind)).run())
+        for kind, path, selector in cache.watched()]
+    watches.append(asyncio.ensure_future(ext.tend()))
     freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -89,14 +100,15 @@ def run(config: Config, kubeconfig: str | None, bind: str, metrics_bind: str | N
     sock = _listening("--bind", bind)
     pages_sock = _listening("--metrics-bind", metrics_bind) if metrics_bind else None
     gc.set_threshold(GC_YOUNG)
-    application, cache = app(config, Api(make_api_client(kubeconfig)))
+    application, cache, informers = app(config, Api(make_api_client(kubeconfig)))
     log.info("extender: scheduler %s, listening on %s%s, listing nodes and pods",
              config.scheduler_name, bind, f" (pages on {metrics_bind})" if metrics_bind else "")
     try:
-        uvloop.run(serve(application, cache, sock, pages_sock))
+        uvloop.run(serve(application, cache, sock, pages_sock, bool(informers)))
     finally:
         application.close()
-        cache.stop()
+        for informer in informers:
+            informer.stop()
         for s in (sock, pages_sock):
             if s is not None:
                 s.close()

@@ -12,12 +12,12 @@ caller (the extender's cache).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import combinations
 from typing import Iterable
 
 from ..config import Config
 from ..scheduling.allocatable import allocatable_reason
+from ..scheduling.cache import Holder
 from ..scheduling.card_fit import fit_cards
 from ..scheduling.priority import pod_priority
 from ..scheduling.request import PodAsk
@@ -27,15 +27,6 @@ from ..scheduling.state import CardUsage, ClusterState
 
 EXACT_UP_TO = 3  # victims: every set up to this size is tried, smallest first
 EXACT_BUDGET = 5000  # fit checks for the exact search; beyond, the greedy answer
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A pod bound on the node, as preemption sees it."""
-
-    share: PodShare
-    priority: int
-    terminating: bool
 
 
 def _without(state: ClusterState, removed: Iterable[PodShare]):
@@ -74,8 +65,8 @@ def fits_without(ask: PodAsk, node: str, state: ClusterState, gpu_policy: str,
     # and allocatable (an unhealthy card lowers it): the victims' requests leave the node's sum
     used = state.devices_on(node)
     for s in removed:
-        used = used - s.devices
-    return allocatable_reason(ask.devices, used, info.device_limits, state.names) is None
+        used = used - s.device_requests
+    return allocatable_reason(ask.device_requests, used, info.device_limits, state.names) is None
 
 
 def victims_on(pod: dict, ask: PodAsk, node: str, state: ClusterState, config: Config,

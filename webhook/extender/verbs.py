@@ -35,6 +35,7 @@ from ..cards import Fleet
 from ..config import Config
 from ..kube.binder import patch_pod_async, post_binding_async, read_pod_async
 from ..scheduling.binding import binding_body
+from ..scheduling.cache import READ
 from ..scheduling.decide import Placement
 from ..scheduling.request import request_of
 from . import wire
@@ -42,6 +43,7 @@ from . import wire
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
+RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
 
 T = TypeVar("T")
 
@@ -69,7 +71,7 @@ class Extender:
         if ask.need is None or ask.invalid:  # no card to choose: every node's answer
             fits, failed = self.source.filter(pod, ask, args.node_names)
             return wire.filter_result(args, fits, failed)
-        result = self.source.reserve(pod, ask, args.node_names)
+        result = self.source.reserve(pod, ask, args.node_names, time.monotonic())
         if isinstance(result, str):
             return wire.filter_error(result)
         chosen, failed, elsewhere = result
@@ -127,7 +129,7 @@ class Extender:
         for rules the extender does not know (inter-pod affinity, spread, volumes, ports)."""
         meta = pod["metadata"]
         done = _count((meta.get("annotations") or {}).get(keys.REQUEUES))
-        if done >= math.ceil(self.source.node_count() / max(offered, 1)) + 2:
+        if done >= math.ceil(self.source.core.node_count() / max(offered, 1)) + 2:
             return
         task = asyncio.get_running_loop().create_task(self._write_requeue(meta, done + 1, elsewhere))
         self.requeues.add(task)
@@ -180,7 +182,8 @@ class Extender:
         who = f"{b.namespace}/{b.name}"
         if not self.synced():
             return wire.binding_result(NOT_SYNCED)
-        reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node)
+        reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node,
+                                                time.monotonic())
         if isinstance(reserved, str):
             log.info("bind %s on %s refused: %s", who, b.node, reserved)
             return wire.binding_result(f"node {b.node}: {reserved}")
@@ -202,10 +205,10 @@ class Extender:
     async def _pod(self, b: wire.BindingArgs):
         """The pod to bind, read from the API server (the cache keeps bound pods only)."""
         who = f"{b.namespace}/{b.name}"
-        doubt = self.source.in_doubt(b.uid)
+        doubt = self.source.core.in_doubt(b.uid)
         status, pod = await read_pod_async(self.api, b.namespace, b.name)
         if doubt:
-            state = self.source.learn(b.uid, status, pod)
+            state = self.source.core.resolved(b.uid, status, pod)
             if state == "bound":
                 return f"pod {who} is already bound"
             if state == "unknown":
@@ -216,21 +219,39 @@ class Extender:
         who = f"{b.namespace}/{b.name}"
         body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(), with_annotations=mthreads)
         status, message = await post_binding_async(self.api, body)
+        core = self.source.core
         if status is None:
             # it may have happened: keep the share counted until a read tells
-            self.source.bind_unknown(p.share, b.namespace, b.name)
+            core.binding_unknown(p.share)
             log.warning("bind %s: %s; outcome unknown, holding its cards until re-read", who, message)
             return wire.binding_result(f"binding {who}: outcome unknown: {message}")
         if 200 <= status < 300:
-            self.source.bind_ok(p.share, b.namespace, b.name)
+            core.finish_binding(p.share)
             devices = body["metadata"].get("annotations", {}).get(keys.ALLOCATED, "-")
             log.info("bound %s to %s: %s", who, p.node, devices)
             return wire.binding_result()
-        self.source.bind_failed(p.share, pod)  # refused: nothing was written
-        if status in (404, 409):  # gone, or someone else bound it: learn the truth now
-            self.source.learn(b.uid, *await read_pod_async(self.api, b.namespace, b.name))
+        if core.binding_refused(p.share, status) == READ:  # gone, or bound by another: read now
+            await self.reread(b.uid, b.namespace, b.name)
         log.info("bind %s: %s", who, message)
         return wire.binding_result(f"binding {who}: {message}")
+
+    async def reread(self, uid: str, namespace: str, name: str) -> str:
+        """Read a pod whose binding outcome is unknown and let the cache learn from it:
+        "bound" | "unbound" | "gone" | "unknown"."""
+        return self.source.core.resolved(uid, *await read_pod_async(self.api, namespace, name))
+
+    async def tend(self) -> None:
+        """Until cancelled, on the event loop: release the reservations whose time is up
+        (every half second), and read again the pods whose binding outcome is unknown
+        (every RESOLVE_EVERY seconds)."""
+        last_read = time.monotonic()
+        while True:
+            await asyncio.sleep(0.5)
+            self.source.core.expire(time.monotonic())
+            if time.monotonic() - last_read >= RESOLVE_EVERY:
+                last_read = time.monotonic()
+                for uid, namespace, name in self.source.core.uncertain():
+                    await self.reread(uid, namespace, name)
 
 
 def _count(value) -> int:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from kubernetes.watch.watch import iter_resp_lines
 
-from ..scheduling.cache import LIVE_PODS
+from ..scheduling.pod_status import LIVE_PODS
 from .api import Api, ApiError, Reply
 
 log = logging.getLogger(__name__)

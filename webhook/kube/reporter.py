@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 
-from ..scheduling.cache import scheduled_condition
+from ..scheduling.pod_status import scheduled_condition
 from .api import Api, ApiError
 from .events import EventBook
 

@@ -11,12 +11,13 @@ import json
 import textwrap
 from dataclasses import dataclass
 
-from ..scheduling.cache import TERMINAL, is_bound, name_of, scheduled_condition
+from ..scheduling.pod_status import TERMINAL, is_bound, name_of, scheduled_condition
 from ..scheduling.inventory import node_cards
 from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
 from ..pods import is_mthreads_pod, resource_names
-from .fleet import CardView, bound_pod, card_views
+from ..scheduling.bound import bound_pod
+from .fleet import CardView, card_views
 
 WIDTH = 80
 NO_REASON = "not decided yet (is the allocator running?)"

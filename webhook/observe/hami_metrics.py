@@ -16,9 +16,9 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..scheduling.inventory import NodeCards
 from ..cards import CORES_PER_CARD, VENDOR
-from .fleet import UNREADABLE, BoundPod, BoundPods, CardView, card_views, copy_of
+from ..scheduling.bound import UNREADABLE, BoundPod
+from .fleet import CardView, card_views
 
 ZONE = "vGPU"
 MIB = 1024 * 1024
@@ -72,26 +72,27 @@ def hami_families(views: Iterable[CardView], pods: Iterable[BoundPod]) -> list[G
 
 
 class HamiCollector(Collector):
-    """Registers on a prometheus_client registry; `nodes()` gives objects with `.name` and
-    `.cards` (the allocator's NodeInfo), `pods` the bound pods fed by the watch."""
+    """Registers on a prometheus_client registry; `snapshot()` gives (the nodes: objects with
+    `.name` and `.cards`, the allocator's NodeInfo; the bound pods' cards) as of one moment
+    (the scheduler cache's `snapshot`)."""
 
-    def __init__(self, nodes: Callable[[], Iterable], pods: BoundPods):
-        self.nodes, self.pods = nodes, pods
+    def __init__(self, snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]]):
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        nodes: list[tuple[str, NodeCards]] = [(n.name, n.cards) for n in copy_of(self.nodes)]
-        pods = self.pods.snapshot()
-        yield from hami_families(card_views(nodes, pods), pods)
+        nodes, pods = self.snapshot()
+        pods = list(pods)
+        yield from hami_families(card_views([(n.name, n.cards) for n in nodes], pods), pods)
 
     def describe(self):
         return []  # the families are made on each scrape; nothing to check at registration
 
 
-def metrics_page(nodes: Callable[[], Iterable], pods: BoundPods) -> Callable[[], tuple]:
+def metrics_page(snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]]) -> Callable[[], tuple]:
     """A Flask view for GET /metrics with HAMi's families (for the extender, whose app has no
     registry of its own)."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
     registry = CollectorRegistry()
-    registry.register(HamiCollector(nodes, pods))
+    registry.register(HamiCollector(snapshot))
     return lambda: (generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST})

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..scheduling import reasons
-from ..scheduling.cache import scheduled_condition
+from ..scheduling.pod_status import scheduled_condition
 from .fleet import copy_of
 
 WAITING = "NotTriedYet"  # no decision recorded on the pod yet

@@ -17,23 +17,23 @@ from .resources import DeviceLimits, Devices
 from .state import ClusterState, NodeInfo
 
 
-def allocatable_reason(wants: Devices, used: Devices, limits: DeviceLimits,
+def allocatable_reason(requested: Devices, used: Devices, limits: DeviceLimits,
                        names: tuple[str, str, str]) -> str | None:
     """`Insufficient <resource>` for the first resource (count, memory, cores) the pod would
     take beyond allocatable, else None. A resource the pod does not request never refuses it;
     one allocatable does not list (None) is bounded by the cards alone."""
-    for want, have, limit, name in zip(wants, used, limits, names):
+    for want, have, limit, name in zip(requested, used, limits, names):
         if want and limit is not None and have + want > limit:
             return reasons.insufficient(name)
     return None
 
 
-def fits_allocatable(wants: Devices, info: NodeInfo, state: ClusterState) -> bool:
-    return allocatable_reason(wants, state.devices_on(info.name), info.device_limits,
+def fits_allocatable(requested: Devices, info: NodeInfo, state: ClusterState) -> bool:
+    return allocatable_reason(requested, state.devices_on(info.name), info.device_limits,
                               state.names) is None
 
 
-def fit_node(need: CardNeed, wants: Devices, info: NodeInfo, state: ClusterState,
+def fit_node(need: CardNeed, requested: Devices, info: NodeInfo, state: ClusterState,
              gpu_policy: str) -> tuple[str | None, tuple[Card, ...]]:
     """The card checks (from capacity), then allocatable: (None, the cards) or (the node's one
     reason, ()). Allocatable comes last, so its reason says that the cards have room but the
@@ -41,7 +41,7 @@ def fit_node(need: CardNeed, wants: Devices, info: NodeInfo, state: ClusterState
     reason, cards = fit_cards(need, info.cards, state.card, state.node_held_whole(info.name),
                               gpu_policy)
     if reason is None:
-        reason = allocatable_reason(wants, state.devices_on(info.name), info.device_limits,
+        reason = allocatable_reason(requested, state.devices_on(info.name), info.device_limits,
                                     state.names)
     return reason, (() if reason else cards)
 

@@ -1,212 +1,368 @@
-"""The pod cache both front-ends share: which pods wait, which shares are counted, and why.
+"""The scheduler cache: the cluster both front-ends decide on, and the one lifecycle of the
+shares they assume before the API server has shown them (after kube-scheduler's
+internal/cache).
 
-Plain data, no I/O and no lock (the allocator calls it from its one decision thread, the
-extender under its own lock). The life of a pod, as kube-scheduler's cache has it:
+What the watches show (`apply`): the nodes, and each bound pod's share, read from its
+allocation annotation; a pod gone or finished is forgotten. A relist rebuilds all of it.
 
-- the watch shows it unbound: `pending` (the allocator only keeps its own scheduler's pods);
-- a card is chosen: `assume` counts its share at once, before the binding is written, so the
-  next decision sees it; the pod leaves `pending` (the extender's reservations are assumed
-  shares with no write under way, dropped with `bind_failed` when they lapse);
-- the write's outcome: `bind_ok` (keep counting until the watch confirms), `bind_failed`
-  (nothing was written: the share is dropped and the pod waits again), `bind_unknown` (it may
-  have happened: the share is held and the pod is `uncertain` until a read tells);
-- a read of an uncertain pod: `resolved`;
-- the watch shows it bound: its annotation counts the same share (keyed by uid, so not twice),
-  and the assumption ends; shown gone: everything about it is forgotten;
-- a relist rebuilds everything from the list, keeping only the assumed shares of pods the
-  list still shows unbound (our binding is newer than the list).
+What a front-end assumes, keyed by the pod's uid:
 
-The extender watches bound pods only (`BOUND_LIVE_PODS`, `unbound_watched=False`):
-kube-scheduler hands it each pending pod in the call, so the unbound ones would be half its
-watch events for nothing. Then no pod waits in `pending`, and a relist keeps the assumed
-shares of every pod it does not show (the extender reads those whose write is done, and lets
-its reservations lapse; extender/cache.py).
+    reserve(share, pod, until) ──> RESERVED ──take_reservation──┐
+       (the extender's filter)       │ expire(now), release,     │
+                                     │ seen bound, gone          v
+    assume(share) ───────────────────────────────────────────> BINDING (a write under way)
+                                                                 │
+             finish_binding ──> WRITTEN ──seen bound──> the watch's share replaces it
+             forget (refused) ──> dropped
+             binding_unknown (no answer; or 404/409: `binding_refused`) ──> UNCERTAIN
+                                                                 │
+             resolved(read) ──> bound (seen) | unbound (dropped) | gone (forgotten)
+
+Every assumed share is counted from the moment it is assumed, by every decision, so no card
+is handed out twice; it leaves only when the write did not happen (forget, expire, a read
+saying unbound) or when the watch shows the pod's real share in its place. A relist keeps
+the assumed shares of the pods it does not show bound; a WRITTEN one it does not show becomes
+UNCERTAIN and is read again (the binding may be newer than the list, or the pod gone).
+
+One lock guards everything; nothing outside touches the maps. Decisions run as plain
+functions of the state, called under the lock by `read`; metrics and `cards` read a
+`snapshot`. The cache calls nothing back and does no I/O: what a front-end must do next (read
+a pod, forget a pending pod) it learns from the return values and from `uncertain()`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+import threading
+from dataclasses import dataclass, replace
+from enum import Enum
+from contextlib import contextmanager
+from typing import Callable, Iterator, NamedTuple, TypeVar
 
 from ..config import MthreadsConfig
-from ..observe.fleet import BoundPods
+from .bound import BoundPod, BoundPods
+from .pod_status import is_bound, is_finished, name_of, uid_of
+from .priority import pod_priority
 from .shares import PodShare, share_of
-from .state import ClusterState
+from .decide import Placement
+from .state import CardUsage, ClusterState, NodeInfo
 
 log = logging.getLogger(__name__)
 
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # the pods a cache lists and watches
-BOUND_LIVE_PODS = "spec.nodeName!=," + LIVE_PODS  # the extender's: only those on a node
-TERMINAL = ("Succeeded", "Failed")
+T = TypeVar("T")
+
+READ, DROPPED = "read", "dropped"  # what a refused binding leaves to do (binding_refused)
 
 
-def uid_of(pod: dict) -> str:
-    return pod["metadata"]["uid"]
+class Phase(Enum):
+    RESERVED = "reserved"  # chosen by a filter, no write yet; lapses at its deadline
+    BINDING = "binding"  # the write is under way
+    WRITTEN = "written"  # the write succeeded; the watch has not shown the pod bound yet
+    UNCERTAIN = "uncertain"  # the write's outcome is unknown: held until a read tells
 
 
-def name_of(pod: dict) -> str:
-    m = pod["metadata"]
-    return f"{m.get('namespace')}/{m.get('name')}"
+@dataclass(frozen=True)
+class Assumed:
+    share: PodShare
+    phase: Phase
+    namespace: str = ""
+    name: str = ""
+    pod: dict | None = None  # the pod a reservation was made for, for the write
+    placement: Placement | None = None  # a reservation's whole choice, for the write
+    until: float | None = None  # a reservation's deadline (monotonic)
 
 
-def is_bound(pod: dict) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName"))
+@dataclass(frozen=True)
+class Holder:
+    """A bound pod as preemption weighs it: what it holds, its priority, whether it is leaving."""
+
+    share: PodShare
+    priority: int
+    terminating: bool
 
 
-def scheduled_condition(pod: dict) -> dict | None:
-    """The pod's PodScheduled condition (a scheduler's last word on it), if any."""
-    for c in (pod.get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled":
-            return c
-    return None
+class Snapshot(NamedTuple):
+    """The nodes and the bound pods' cards at one moment, for metrics and `cards`."""
+
+    nodes: tuple[NodeInfo, ...]
+    bound: tuple[BoundPod, ...]
 
 
-class PodCache:
-    def __init__(self, mt: MthreadsConfig, scheduler_name: str | None = None,
-                 on_settled: Callable[[str], None] | None = None,
-                 on_changed: Callable[[str], None] | None = None,
-                 bound: BoundPods | None = None, unbound_watched: bool = True):
-        """`scheduler_name`: keep only the unbound pods of this scheduler (None: all).
-        `on_settled(uid)`: a pod was seen bound or gone; `on_changed(uid)`: a pending pod's
-        annotations changed (what it asks for may have). `bound`: the bound pods' view that
-        the metrics read, kept in step with the watch (emptied: a new cache knows no pod).
-        `unbound_watched` False: the watch shows bound pods only (the extender's)."""
-        self.state = ClusterState(mt)
-        self.bound = bound if bound is not None else BoundPods()
-        self.bound.clear()
-        self.scheduler_name = scheduler_name
-        self.unbound_watched = unbound_watched
-        self.on_settled = on_settled or (lambda uid: None)
-        self.on_changed = on_changed or (lambda uid: None)
-        self.pending: dict[str, dict] = {}  # uid -> an unbound pod, not assumed
-        self.assumed: dict[str, PodShare] = {}  # uid -> our share, not yet seen bound
-        self.in_flight: set[str] = set()  # uids whose binding write is under way
-        self.uncertain: dict[str, tuple[str, str]] = {}  # uid -> (ns, name): outcome unknown
-        self.synced: set[str] = set()
-        self.warned: set[str] = set()
+class SchedulerCache:
+    def __init__(self, mt: MthreadsConfig, shows_unbound: bool = True):
+        """`shows_unbound`: the pod watch shows unbound pods too (the allocator's: a relist
+        then tells which assumed pods still wait); False: bound pods only (the extender's)."""
+        self._lock = threading.RLock()
+        self._state = ClusterState(mt)
+        self._bound = BoundPods()
+        self._facts: dict[str, tuple[int, bool]] = {}  # bound uid -> (priority, terminating)
+        self._assumed: dict[str, Assumed] = {}
+        self._listed: set[str] = set()  # the kinds listed at least once: "node", "pod"
+        self._warned: set[str] = set()  # pods whose unreadable annotation was logged
+        self._shows_unbound = shows_unbound
+
+    # what the watches show
+    def apply(self, kind: str, event: str, obj) -> None:
+        """An informer's event: RESET (a full list), DELETED, or an add/update."""
+        with self._lock:
+            if kind == "node":
+                self._state.node_event(event, obj)
+            elif event == "RESET":
+                self._relist(obj)
+            elif event == "DELETED":
+                self._gone(uid_of(obj))
+            else:
+                self._seen(obj)
+            if event == "RESET":
+                self._listed.add(kind)
 
     @property
     def ready(self) -> bool:
-        return self.synced >= {"node", "pod"}
+        """Nodes and pods listed: usage is rebuilt, decisions may start."""
+        with self._lock:
+            return self._listed >= {"node", "pod"}
 
-    # watch events
-    def apply(self, kind: str, event: str, obj) -> None:
-        """An informer's event: RESET (a full list), DELETED, or an add/update."""
-        if kind == "node":
-            self.state.node_event(event, obj)
-        elif event == "RESET":
-            self.relist(obj)
-        elif event == "DELETED":
-            self.gone(uid_of(obj))
+    def _relist(self, pods: list[dict]) -> None:
+        keep = self._assumed
+        self._state.clear_shares()
+        self._bound.clear()
+        self._facts.clear()
+        self._assumed = {}
+        shown_bound = {uid_of(p) for p in pods if is_bound(p)}
+        if self._shows_unbound:  # only a pod the list shows unbound can still be ours to bind
+            waiting = {uid_of(p) for p in pods if not is_bound(p)}
         else:
-            self.seen(obj)
-        if event == "RESET":
-            self.synced.add(kind)
-
-    def relist(self, pods: list[dict]) -> None:
-        keep = dict(self.assumed)
-        self.state.clear_shares()
-        self.bound.clear()
-        self.pending.clear()
-        self.assumed.clear()
-        unbound = {uid_of(p) for p in pods if not is_bound(p)}
-        if not self.unbound_watched:  # the list shows no unbound pod: any it does not show bound
-            unbound = set(keep) - {uid_of(p) for p in pods if is_bound(p)}
-        for uid, share in keep.items():
-            if uid in unbound:  # our binding is newer than the list (or still being written)
-                self.assumed[uid] = share
-                self.state.add(share)
+            waiting = set(keep) - shown_bound
+        for uid, a in keep.items():
+            if uid not in waiting:
+                continue
+            if a.phase is Phase.WRITTEN and not self._shows_unbound:
+                # not shown bound: newer than the list, or gone since; a read tells which
+                a = replace(a, phase=Phase.UNCERTAIN)
+            self._assumed[uid] = a
+            self._state.add(a.share)
         for pod in pods:
-            self.seen(pod)
+            self._seen(pod)
 
-    def seen(self, pod: dict) -> None:
+    def _seen(self, pod: dict) -> None:
         uid = uid_of(pod)
-        if (pod.get("status") or {}).get("phase") in TERMINAL:
-            # its containers have stopped: it holds nothing (the kubelet counts it no more),
-            # whether the watch shows the change or, for LIVE_PODS, its removal
-            self.gone(uid)
+        if is_finished(pod):  # whether the watch shows the change or, for LIVE_PODS, its removal
+            self._gone(uid)
             return
-        if is_bound(pod):
-            self.pending.pop(uid, None)
-            ours = self.assumed.pop(uid, None)
-            self.uncertain.pop(uid, None)
-            self.on_settled(uid)
-            # The pod we chose for: its requests as read then (a pod's resources do not change
-            # before it runs), the cards as the annotation says now.
-            share = share_of(pod, self.state.names,
-                             (ours.resources, ours.devices) if ours is not None else None)
-            if share.problem and uid not in self.warned:
-                self.warned.add(uid)
-                log.warning("pod %s: %s; counting %s as fully used", name_of(pod), share.problem,
-                            ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
-            self.state.add(share)
-            self.bound.seen(pod)
-            return
-        if uid in self.assumed or not self.unbound_watched:
-            return  # an event older than our binding; or no pod waits here
+        if not is_bound(pod):
+            return  # a pending pod is the front-end's; an assumed one stays assumed
+        ours = self._assumed.pop(uid, None)
+        # The pod we chose for: its requests as read then (a pod's resources do not change
+        # before it runs), the cards as the annotation says now.
+        share = share_of(pod, self._state.names,
+                         (ours.share.resources, ours.share.device_requests) if ours is not None else None)
+        if share.problem and uid not in self._warned:
+            self._warned.add(uid)
+            log.warning("pod %s: %s; counting %s as fully used", name_of(pod), share.problem,
+                        ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
+        self._state.add(share)
+        self._bound.seen(pod)
+        self._facts[uid] = (pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp")))
+
+    def _gone(self, uid: str) -> None:
+        self._assumed.pop(uid, None)
+        self._warned.discard(uid)
+        self._facts.pop(uid, None)
+        self._state.remove(uid)
+        self._bound.gone(uid)
+
+    # what a front-end assumes
+    def reserve(self, placement: Placement, pod: dict, until: float) -> None:
+        """A filter's choice, counted until `until` unless a bind takes it."""
         meta = pod["metadata"]
-        theirs = self.scheduler_name is not None and \
-            (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name
-        if theirs or meta.get("deletionTimestamp"):
-            self.pending.pop(uid, None)
-            return
-        old = self.pending.get(uid)
-        if old is not None and (old.get("metadata") or {}).get("annotations") != meta.get("annotations"):
-            self.on_changed(uid)
-        self.pending[uid] = pod
+        with self._lock:
+            self._assume(Assumed(placement.share, Phase.RESERVED, meta.get("namespace", ""),
+                                 meta.get("name", ""), pod, placement, until))
 
-    def gone(self, uid: str) -> None:
-        self.pending.pop(uid, None)
-        self.assumed.pop(uid, None)
-        self.uncertain.pop(uid, None)
-        self.warned.discard(uid)
-        self.on_settled(uid)
-        self.state.remove(uid)
-        self.bound.gone(uid)
+    def assume(self, share: PodShare, namespace: str, name: str) -> None:
+        """Count the share now, before its binding is written."""
+        with self._lock:
+            self._assume(Assumed(share, Phase.BINDING, namespace, name))
 
-    # our bindings
-    def assume(self, share: PodShare, writing: bool = True) -> None:
-        """`writing` False: a reservation (the extender's filter), no write under way yet."""
-        self.pending.pop(share.uid, None)
-        self.assumed[share.uid] = share
-        if writing:
-            self.in_flight.add(share.uid)
-        self.state.add(share)
+    def _assume(self, a: Assumed) -> None:
+        self._release(a.share.uid)
+        self._assumed[a.share.uid] = a
+        self._state.add(a.share)
 
-    def bind_ok(self, share: PodShare) -> None:
-        self.in_flight.discard(share.uid)
+    def reservation(self, uid: str) -> Assumed | None:
+        with self._lock:
+            a = self._assumed.get(uid)
+            return a if a is not None and a.phase is Phase.RESERVED else None
 
-    def bind_failed(self, share: PodShare, pod: dict) -> bool:
-        """Nothing was written: drop the share and let the pod wait again, unless the watch
-        has replaced the assumption since. True if it was dropped."""
-        self.in_flight.discard(share.uid)
-        if self.assumed.get(share.uid) is not share:
+    def take_reservation(self, uid: str, admit: Callable[[Assumed], str | None]
+                         ) -> Assumed | str | None:
+        """The pod's reservation, now BINDING, if `admit(reservation)` says None; else the
+        reservation is released and `admit`'s answer returned (the reason, or "" for no
+        reason to tell). None: it has none."""
+        with self._lock:
+            a = self.reservation(uid)
+            if a is None:
+                return None
+            refusal = admit(a)
+            if refusal is not None:
+                self._release(uid)
+                return refusal
+            self._assumed[uid] = replace(a, phase=Phase.BINDING, until=None)
+            return a
+
+    def release(self, uid: str) -> bool:
+        """Drop the pod's reservation (a new filter of it, or the pod gone); True if it had one."""
+        with self._lock:
+            return self._release(uid)
+
+    def _release(self, uid: str) -> bool:
+        a = self._assumed.get(uid)
+        if a is None or a.phase is not Phase.RESERVED:
             return False
-        del self.assumed[share.uid]
-        self.state.remove(share.uid)
-        if self.unbound_watched:
-            self.pending[share.uid] = pod
+        self._drop(uid)
         return True
 
-    def bind_unknown(self, share: PodShare, namespace: str, name: str) -> None:
-        """It may have happened: hold the share until a read of the pod tells."""
-        self.in_flight.discard(share.uid)
-        if self.assumed.get(share.uid) is share:
-            self.uncertain[share.uid] = (namespace, name)
+    def expire(self, now: float) -> int:
+        """Release the reservations whose deadline has passed; returns how many."""
+        with self._lock:
+            due = [uid for uid, a in self._assumed.items()
+                   if a.phase is Phase.RESERVED and a.until is not None and a.until <= now]
+            for uid in due:
+                self._drop(uid)
+            return len(due)
+
+    def finish_binding(self, share: PodShare) -> None:
+        """The write succeeded: counted until the watch shows the pod bound."""
+        with self._lock:
+            a = self._assumed.get(share.uid)
+            if a is not None and a.share is share and a.phase is Phase.BINDING:
+                self._assumed[share.uid] = replace(a, phase=Phase.WRITTEN)
+
+    def forget(self, share: PodShare) -> bool:
+        """The write did not happen: drop the share, unless the watch has replaced it since.
+        True if it was dropped."""
+        with self._lock:
+            a = self._assumed.get(share.uid)
+            if a is None or a.share is not share:
+                return False
+            self._drop(share.uid)
+            return True
+
+    def binding_unknown(self, share: PodShare) -> bool:
+        """It may have happened: hold the share until a read of the pod tells. True if it is
+        held (the watch has not replaced it since)."""
+        with self._lock:
+            a = self._assumed.get(share.uid)
+            if a is None or a.share is not share:
+                return False
+            self._assumed[share.uid] = replace(a, phase=Phase.UNCERTAIN)
+            return True
+
+    def binding_refused(self, share: PodShare, status: int) -> str | None:
+        """The API server refused the write; the one policy of both front-ends. 404 (gone) or
+        409 (bound by someone else): what happened to the pod is learnt from a read, the share
+        held till then ("read": read it now). Any other refusal: nothing was written, the
+        share is dropped ("dropped": the pod waits again). None: the watch has replaced the
+        share since, nothing is left to do."""
+        if status in (404, 409):
+            return READ if self.binding_unknown(share) else None
+        return DROPPED if self.forget(share) else None
 
     def resolved(self, uid: str, status: int, pod: dict | None) -> str:
         """A fresh read of a pod (HTTP status, the pod or None): "bound", "unbound", "gone",
-        or "unknown" (not readable, or a write is under way: keep counting its share)."""
-        if status == 404 or (pod is not None and uid_of(pod) != uid):
-            self.gone(uid)
-            return "gone"
-        if pod is None or uid in self.in_flight:
-            return "unknown"
-        self.uncertain.pop(uid, None)
-        if is_bound(pod):
-            self.seen(pod)
-            return "bound"
-        if self.assumed.pop(uid, None) is not None:
-            self.state.remove(uid)
-        self.seen(pod)
-        return "unbound"
+        or "unknown" (not readable, or a write of it is under way: keep counting its share)."""
+        with self._lock:
+            a = self._assumed.get(uid)
+            if status == 404 or (pod is not None and uid_of(pod) != uid):
+                self._gone(uid)
+                return "gone"
+            if pod is None or (a is not None and a.phase is Phase.BINDING):
+                return "unknown"
+            if is_bound(pod):
+                self._seen(pod)
+                return "bound"
+            if a is not None:
+                self._drop(uid)
+            return "unbound"
+
+    def _drop(self, uid: str) -> None:
+        del self._assumed[uid]
+        self._state.remove(uid)
+
+    # questions
+    def is_assumed(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._assumed
+
+    def in_doubt(self, uid: str) -> bool:
+        """Whether a binding of the pod is under way, written and not seen yet, or unknown."""
+        with self._lock:
+            a = self._assumed.get(uid)
+            return a is not None and a.phase is not Phase.RESERVED
+
+    def phase(self, uid: str) -> Phase | None:
+        with self._lock:
+            a = self._assumed.get(uid)
+            return a.phase if a is not None else None
+
+    def uncertain(self) -> list[tuple[str, str, str]]:
+        """(uid, namespace, name) of the pods whose binding outcome a read must tell."""
+        with self._lock:
+            return [(uid, a.namespace, a.name) for uid, a in self._assumed.items()
+                    if a.phase is Phase.UNCERTAIN]
+
+    def reservations(self) -> list[str]:
+        with self._lock:
+            return [uid for uid, a in self._assumed.items() if a.phase is Phase.RESERVED]
+
+    def holders(self, nodes: set[str] | list[str] | dict) -> dict[str, dict[str, Holder]]:
+        """Per node, the bound pods holding something there, as preemption weighs them (not
+        the assumed shares: a pod being bound is no victim)."""
+        with self._lock:
+            out: dict[str, dict[str, Holder]] = {n: {} for n in nodes}
+            for uid, share in self._state.shares.items():
+                on = out.get(share.node)
+                if on is not None and uid not in self._assumed:
+                    priority, terminating = self._facts.get(uid, (0, False))
+                    on[uid] = Holder(share, priority, terminating)
+            return out
+
+    @property
+    def generation(self) -> int:
+        """Bumped whenever room may have appeared (a share freed, a node added or changed)."""
+        with self._lock:
+            return self._state.generation
+
+    def read(self, decide: Callable[..., T], *args) -> T:
+        """`decide(state, *args)` under the lock: a decision reads the state as one moment."""
+        with self._lock:
+            return decide(self._state, *args)
+
+    @contextmanager
+    def deciding(self) -> Iterator[ClusterState]:
+        """The state, under the lock, for a decision and what it assumes in one go (the
+        methods above may be called inside: the lock is re-entrant). Read it, never change it."""
+        with self._lock:
+            yield self._state
+
+    def card(self, card_id: str) -> CardUsage:
+        """A card's usage now (a copy)."""
+        with self._lock:
+            return replace(self._state.card(card_id))
+
+    def share(self, uid: str) -> PodShare | None:
+        """What the pod is counted for now, bound or assumed."""
+        with self._lock:
+            return self._state.shares.get(uid)
+
+    def assumed(self) -> list[str]:
+        with self._lock:
+            return list(self._assumed)
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(tuple(self._state.nodes.values()), tuple(self._bound.snapshot()))
+
+    def node_count(self) -> int:
+        with self._lock:
+            return len(self._state.nodes)

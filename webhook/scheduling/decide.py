@@ -9,19 +9,19 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import annotations as keys
 from ..cards import CORES_PER_CARD, UNIT_MIB
 from ..config import Config
 from ..hami import Device
 from ..pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
-from .card_fit import CardNeed, card_ids, fit_cards, least_card, may_fit, need_of
+from .card_fit import fit_cards, least_card, may_fit
 from .inventory import Card
 from .node_fit import node_reason
-from .resources import NO_DEVICES, Devices, device_requests, pod_requests
+from .resources import NO_DEVICES, Devices, pod_requests
 from .score import best_node, policies
-from .shares import CardShare, PodShare
+from .shares import PodShare, card_shares
+from .request import PodAsk
 from .state import ClusterState
 
 
@@ -39,26 +39,17 @@ class NoFit:
     rejected: Counter
 
 
-def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: Config,
-           need: CardNeed | None = None, devices: Devices | None = None):
-    """Placement or NoFit. `request` None: the pod asks for no Mthreads card. `need` and
-    `devices`: the request's card need and resource requests if the caller has them already
-    (request.request_of), else read here."""
+def place(pod: dict, ask: PodAsk, state: ClusterState, config: Config) -> Placement | NoFit:
+    """The node and cards for the pod (`ask`: what it asks, read once by request.request_of),
+    or why none fits. A pod that breaks an admission rule is the caller's (`ask.invalid`)."""
     spec = pod.get("spec") or {}
     node_policy, gpu_policy = policies(pod, config)
     wants = pod_requests(pod)
+    request, need = ask.request, ask.need
     kind = request.kind if request is not None else Kind.NONE
-    if kind is Kind.NONE:
-        need = None
-    elif need is None:
-        ann = (pod.get("metadata") or {}).get("annotations") or {}
-        need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))
-    if need is None:
-        devices = NO_DEVICES
-    elif devices is None:
-        devices = device_requests(pod, state.names)
+    devices = ask.device_requests if need is not None else NO_DEVICES
     if need is not None:
-        fit = first_fit(pod, request, spec, wants, devices, need, state, node_policy, gpu_policy)
+        fit = first_fit(pod, ask, state, node_policy, gpu_policy)
         if fit is not None:
             return fit
     # Nothing fits (or no cards are asked for): every node is read, for its reason.
@@ -83,24 +74,30 @@ def decide(pod: dict, request: PodRequest | None, state: ClusterState, config: C
     return placement(pod, request, node.name, chosen[node.name], wants, devices)
 
 
-def first_fit(pod, request, spec, wants, devices: Devices, need, state: ClusterState,
-              node_policy: str, gpu_policy: str,
-              skip: Callable[[str], bool] | None = None) -> Placement | None:
-    """The nodes in the node policy's order: the first that fits is the one best_node picks,
-    so most decisions read a few nodes instead of all of them. `skip`: nodes not to consider
-    (by name)."""
+def first_fit(pod: dict, ask: PodAsk, state: ClusterState, node_policy: str, gpu_policy: str,
+              consider: Callable[[str], bool] | None = None,
+              node_rules: bool = True) -> Placement | None:
+    """The one walk of every decision that chooses cards: the nodes in the node policy's
+    order, and the first that fits is the one best_node picks, so most decisions read a few
+    nodes instead of all of them. `consider`: the nodes it may choose (by name; None: all);
+    `node_rules` False: the node's own rules are someone else's (kube-scheduler's, for the
+    extender's filter), only the cards and allocatable are checked."""
+    need, devices = ask.need, ask.device_requests
+    assert need is not None
+    spec, wants = pod.get("spec") or {}, pod_requests(pod)
     for name in state.in_order(node_policy, *least_card(need)):
         if not may_fit(need, state.room[name]) or state.node_held_whole(name) \
-                or (skip is not None and skip(name)):
+                or (consider is not None and not consider(name)):
             continue
         info = state.nodes[name]
-        if node_reason(spec, info.obj, info.allocatable, state.requested_on(name), wants):
+        if node_rules and node_reason(spec, info.obj, info.allocatable, state.requested_on(name),
+                                      wants):
             continue
         if not fits_allocatable(devices, info, state):  # the same test as fit_node's, sooner
             continue
         reason, cards = fit_cards(need, info.cards, state.card, False, gpu_policy)
         if reason is None:
-            return placement(pod, request, name, cards, wants, devices)
+            return placement(pod, ask.request, name, cards, wants, devices)
     return None
 
 
@@ -122,15 +119,10 @@ def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Car
                 devices.append(())
     by_id = {c.id: c for c in cards}
     order: list[int] = []
-    merged: dict[str, list[int]] = {}
     for ds in devices:
         for d in ds:
             if by_id[d.card].index not in order:
                 order.append(by_id[d.card].index)
-            m = merged.setdefault(d.card, [0, 0])
-            m[0] += d.memory_mib
-            m[1] += d.cores
-    share = PodShare(uid, node, wants,
-                     tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()),
-                     devices=requested)
+    share = PodShare(uid, node, wants, card_shares(d for ds in devices for d in ds),
+                     device_requests=requested)
     return Placement(node, tuple(devices), ",".join(str(i) for i in order), share)

@@ -22,7 +22,7 @@ class PodAsk:
     request: PodRequest | None  # None: no Mthreads cards (or devices disabled)
     need: CardNeed | None  # None: no card to choose
     invalid: str | None = None  # why the pod breaks an admission rule, the whole message
-    devices: Devices = NO_DEVICES  # its requests of the three resources, against allocatable
+    device_requests: Devices = NO_DEVICES  # its requests of the three resources, against allocatable
 
 
 def request_of(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
@@ -39,4 +39,4 @@ def request_of(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     return PodAsk(request, need_of(request, card_ids(ann.get(keys.USE_CARDS)),
                                    card_ids(ann.get(keys.NOUSE_CARDS))),
-                  devices=device_requests(pod, resource_names(mt)))
+                  device_requests=device_requests(pod, resource_names(mt)))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from .. import annotations as keys
-from ..hami import EncodingError, decode
+from ..hami import Device, EncodingError, decode
 from ..config import MthreadsConfig
 from ..pods import resource_names
 from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests
@@ -38,8 +39,19 @@ class PodShare:
     cards: tuple[CardShare, ...] = ()
     whole_node: bool = False  # garbled allocation naming no card: every card of the node is held
     # the Mthreads resources its containers request, as the kubelet sums them against allocatable
-    devices: Devices = NO_DEVICES
+    device_requests: Devices = NO_DEVICES
     problem: str | None = None  # why the annotation could not be read, for the log
+
+
+def card_shares(devices: Iterable[Device]) -> tuple[CardShare, ...]:
+    """What a pod's devices hold on each card: the memory and cores of every entry naming it,
+    summed, one share a card, in the order the cards first appear."""
+    merged: dict[str, list[int]] = {}
+    for d in devices:
+        m = merged.setdefault(d.card, [0, 0])
+        m[0] += d.memory_mib
+        m[1] += d.cores
+    return tuple(CardShare(card, memory, cores) for card, (memory, cores) in merged.items())
 
 
 def _meta(pod: dict) -> dict:
@@ -60,22 +72,16 @@ def share_of(pod: dict, names: tuple[str, str, str] = _DEFAULT_NAMES,
     ann = meta.get("annotations") or {}
     text = ann.get(keys.ALLOCATED)
     if text is None:
-        return PodShare(uid, node, resources, devices=requested)
+        return PodShare(uid, node, resources, device_requests=requested)
     try:
         containers = decode(text) if isinstance(text, str) else None
         if containers is None:
             raise EncodingError("not a string")
-        merged: dict[str, list[int]] = {}
-        for devices in containers:
-            for d in devices:
-                if not d.card:
-                    raise EncodingError(f"an entry has no card id in {text!r}")
-                m = merged.setdefault(d.card, [0, 0])
-                m[0] += d.memory_mib
-                m[1] += d.cores
+        if any(not d.card for devices in containers for d in devices):
+            raise EncodingError(f"an entry has no card id in {text!r}")
         return PodShare(uid, node, resources,
-                        tuple(CardShare(card, mem, cores) for card, (mem, cores) in merged.items()),
-                        devices=requested)
+                        card_shares(d for devices in containers for d in devices),
+                        device_requests=requested)
     except EncodingError as e:
         return _garbled(uid, node, resources, requested, ann, str(text), str(e))
 
@@ -89,5 +95,5 @@ def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: d
     problem = f"unreadable {keys.ALLOCATED} ({why})"
     if named:
         return PodShare(uid, node, resources, tuple(CardShare(c, 0, 0, whole=True) for c in sorted(named)),
-                        devices=devices, problem=problem)
-    return PodShare(uid, node, resources, whole_node=True, devices=devices, problem=problem)
+                        device_requests=devices, problem=problem)
+    return PodShare(uid, node, resources, whole_node=True, device_requests=devices, problem=problem)

@@ -202,7 +202,7 @@ class ClusterState:
     def _apply(self, share: PodShare, sign: int) -> None:
         nu = self.node_usage.setdefault(share.node, NodeUsage())
         nu.requested = nu.requested + share.resources if sign > 0 else nu.requested - share.resources
-        nu.devices = nu.devices + share.devices if sign > 0 else nu.devices - share.devices
+        nu.devices = nu.devices + share.device_requests if sign > 0 else nu.devices - share.device_requests
         nu.whole_node += sign * share.whole_node
         for c in share.cards:
             cu = self.cards.setdefault(c.card, CardUsage())

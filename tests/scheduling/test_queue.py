@@ -1,0 +1,133 @@
+"""The allocator's pending queue (webhook/scheduling/queue.py): its order and each pod's backoff,
+as plain data. The loop that uses it is tested in tests/allocator/test_loop.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.builders import sched_pod, whole
+from webhook.scheduling import queue
+from webhook.scheduling.queue import PendingQueue
+
+
+def test_queue_order_is_priority_then_age():
+    def at(second, priority=None, name=None):
+        p = sched_pod(whole(1, 96), name=name, spec={} if priority is None else {"priority": priority})
+        p["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
+        return p
+    old, middle, urgent = at(1, name="old"), at(2, 0, name="middle"), at(3, 1000, name="urgent")
+    low = at(0, -5, name="low")
+    q = PendingQueue(None)
+    for p in (old, middle, urgent, low):
+        q.upsert(p)
+    assert [p["metadata"]["name"] for p in q.due(0)] == ["urgent", "old", "middle", "low"]
+
+
+@pytest.mark.parametrize("failures, initial, maximum, seconds", [
+    (0, 1.0, 10.0, 0.0),  # never failed: no wait
+    (1, 1.0, 10.0, 1.0),  # kube-scheduler's podInitialBackoffSeconds
+    (2, 1.0, 10.0, 2.0),
+    (3, 1.0, 10.0, 4.0),
+    (4, 1.0, 10.0, 8.0),
+    (5, 1.0, 10.0, 10.0),  # podMaxBackoffSeconds
+    (6, 1.0, 10.0, 10.0),
+    (10_000, 1.0, 10.0, 10.0),  # no overflow however long it waits
+    (3, 0.5, 10.0, 2.0),
+    (3, 0.0, 0.0, 0.0),  # no backoff: retried on every change, as before issue 32
+    (3, 1.0, 0.0, 0.0),
+])
+def test_backoff_doubles_from_the_initial_to_the_maximum(failures, initial, maximum, seconds):
+    assert queue.backoff_seconds(failures, initial, maximum) == seconds
+
+
+@pytest.mark.parametrize("last, generation, now, due", [
+    # after the first failure (1 s): nothing before it ends, even if the state changed
+    (queue.LastTry(5, 100.0, 1, 1.0), 6, 100.5, False),
+    (queue.LastTry(5, 100.0, 1, 1.0), 5, 100.5, False),
+    (queue.LastTry(5, 100.0, 1, 1.0), 6, 101.0, True),  # over, and the state changed
+    (queue.LastTry(5, 100.0, 1, 1.0), 5, 101.0, False),  # over, nothing changed: wait for a change
+    (queue.LastTry(5, 100.0, 1, 1.0), 5, 129.9, False),
+    (queue.LastTry(5, 100.0, 1, 1.0), 5, 130.0, True),  # ... or for the backstop
+    (queue.LastTry(5, 100.0, 5, 10.0), 9, 109.9, False),  # at the maximum
+    (queue.LastTry(5, 100.0, 5, 10.0), 9, 110.0, True),
+    # no backoff: the rule before issue 32, any change retries at once
+    (queue.LastTry(5, 100.0, 3, 0.0), 6, 100.0, True),
+    (queue.LastTry(5, 100.0, 3, 0.0), 5, 129.9, False),
+    # a failed write: a flat pause, changes or not
+    (queue.LastTry(None, 100.0), 6, 101.9, False),
+    (queue.LastTry(None, 100.0), 6, 102.0, True),
+])
+def test_a_pod_is_due_after_its_backoff_on_a_change_or_at_the_backstop(last, generation, now, due):
+    assert last.due(generation, now) is due
+
+
+def test_each_failed_try_doubles_the_backoff():
+    last = None
+    seen = []
+    for i in range(6):
+        last = queue.failed_try(last, generation=i, now=10.0 * i, initial=1.0, maximum=10.0)
+        seen.append((last.failures, last.backoff, last.generation, last.at))
+    assert seen == [(1, 1.0, 0, 0.0), (2, 2.0, 1, 10.0), (3, 4.0, 2, 20.0), (4, 8.0, 3, 30.0),
+                    (5, 10.0, 4, 40.0), (6, 10.0, 5, 50.0)]
+    after_write = queue.failed_try(queue.LastTry(None, 3.0), 7, 4.0, 1.0, 10.0)
+    assert (after_write.failures, after_write.backoff) == (1, 1.0)
+
+
+@pytest.mark.parametrize("change, concerns", [
+    (lambda p: p["status"].update(conditions=[{"type": "PodScheduled", "status": "False"}]), False),
+    (lambda p: p["metadata"].update(resourceVersion="99", managedFields=[{"manager": "x"}]), False),
+    (lambda p: p["metadata"]["annotations"].update({"hami.io/node-scheduler-policy": "spread"}),
+     True),
+    (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), True),
+])
+def test_only_a_change_of_spec_or_annotations_concerns_the_pod(change, concerns):
+    old = sched_pod(whole(1))
+    old.setdefault("status", {})
+    new = copy.deepcopy(old)
+    change(new)
+    assert queue.concerns(old, new) is concerns
+
+
+def test_only_our_schedulers_live_pods_wait():
+    q = PendingQueue("hami-scheduler")
+    mine, theirs = sched_pod(whole(1)), sched_pod(whole(1), spec={"schedulerName": "default"})
+    leaving = sched_pod(whole(1))
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    for p in (mine, theirs, leaving):
+        q.upsert(p)
+    assert [p["metadata"]["uid"] for p in q.pods()] == [mine["metadata"]["uid"]]
+    q.upsert(dict(mine, metadata=dict(mine["metadata"], deletionTimestamp="2026-01-01T00:00:01Z")))
+    assert len(q) == 0  # now leaving: out
+
+
+@pytest.mark.parametrize("change, starts_over", [
+    (lambda p: p["status"].update(phase="Pending", conditions=[{"type": "PodScheduled"}]), False),
+    (lambda p: p["metadata"]["annotations"].update({"mthreads.ai/use-gpuuuid": "n0-mthreads-0"}),
+     True),
+])
+def test_an_update_that_concerns_the_pod_starts_its_backoff_over(change, starts_over):
+    now = [100.0]
+    q = PendingQueue(None, clock=lambda: now[0])
+    p = sched_pod(whole(1))
+    q.upsert(p)
+    uid = p["metadata"]["uid"]
+    for _ in range(3):
+        q.unschedulable(uid, generation=1)
+    assert list(q.due(2)) == []  # backing off, whatever changed
+    updated = copy.deepcopy(p)
+    change(updated)
+    q.upsert(updated)
+    assert (q.last_try(uid) is None) is starts_over
+    assert [x["metadata"]["uid"] for x in q.due(2)] == ([uid] if starts_over else [])
+
+
+def test_a_refused_write_waits_a_flat_pause():
+    now = [100.0]
+    q = PendingQueue(None, clock=lambda: now[0])
+    p = sched_pod(whole(1))
+    q.write_failed(p)
+    assert list(q.due(0)) == []
+    now[0] += queue.ERROR_RETRY
+    assert list(q.due(0)) == [p]

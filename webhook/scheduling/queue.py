@@ -1,0 +1,143 @@
+"""The pods waiting for the allocator, in the order it decides them and with a backoff each
+(after kube-scheduler's internal/queue).
+
+Order: higher `spec.priority` first, then the older pod (name breaks ties). A pod that did not
+fit waits `backoff_seconds` before it is decided again, 1 s doubling to 10 s, whatever changes
+meanwhile; after that it is tried again when the cluster has changed (the state's generation)
+or at the latest every `RETRY_BACKSTOP`. So a pod that is costly to decide and never fits takes
+the decision thread for one decision every 10 s at most, not one per cluster change. An update
+that concerns the pod (its spec or annotations) starts its backoff over. A pod whose binding
+could not be written is tried again after `ERROR_RETRY`.
+
+Plain data, no lock: the allocator's decision thread owns it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .pod_status import name_of, uid_of
+from .priority import pod_priority
+
+RETRY_BACKSTOP = 30.0  # retry an unschedulable pod at least this often even if nothing changed
+ERROR_RETRY = 2.0  # after a failed write
+# kube-scheduler's podInitialBackoffSeconds and podMaxBackoffSeconds
+POD_INITIAL_BACKOFF = 1.0
+POD_MAX_BACKOFF = 10.0
+
+
+def queue_order(pod: dict) -> tuple:
+    """kube-scheduler's queue order: higher `spec.priority` first, then the older pod (name
+    breaks ties). No preemption here: a pod that fits nowhere waits (docs/allocator.md)."""
+    return (-pod_priority(pod), pod["metadata"].get("creationTimestamp") or "", name_of(pod))
+
+
+def backoff_seconds(failures: int, initial: float, maximum: float) -> float:
+    """How long a pod waits after `failures` tries in a row that placed nothing: `initial`
+    after the first, doubling, at most `maximum` (kube-scheduler's arithmetic)."""
+    if failures < 1 or initial <= 0:
+        return 0.0
+    return max(0.0, min(initial * 2.0 ** min(failures - 1, 60), maximum))
+
+
+@dataclass(frozen=True)
+class LastTry:
+    generation: int | None  # the state's generation it did not fit at; None: a write failed
+    at: float  # monotonic
+    failures: int = 0  # tries in a row that placed nothing (0 after a failed write)
+    backoff: float = 0.0  # seconds from `at` before it is tried again, whatever changes
+
+    def due(self, generation: int, now: float) -> bool:
+        if self.generation is None:  # back off a little
+            return now - self.at >= ERROR_RETRY
+        if now - self.at < self.backoff:
+            return False
+        return self.generation != generation or now - self.at >= RETRY_BACKSTOP
+
+
+def failed_try(last: LastTry | None, generation: int, now: float, initial: float,
+               maximum: float) -> LastTry:
+    """The record after one more try that placed nothing (`last`: the one before, if any)."""
+    failures = (last.failures if last is not None else 0) + 1
+    return LastTry(generation, now, failures, backoff_seconds(failures, initial, maximum))
+
+
+def concerns(old: dict, new: dict) -> bool:
+    """An update of a pending pod that may change its decision: its spec or annotations (not
+    its status, which the allocator's own reports write, nor its resourceVersion)."""
+    def annotations(p: dict):
+        return (p.get("metadata") or {}).get("annotations")
+    return old.get("spec") != new.get("spec") or annotations(old) != annotations(new)
+
+
+class PendingQueue:
+    def __init__(self, scheduler_name: str | None,
+                 backoff: tuple[float, float] = (POD_INITIAL_BACKOFF, POD_MAX_BACKOFF),
+                 clock: Callable[[], float] = time.monotonic):
+        """`scheduler_name`: the pods it takes (None: any). `backoff`: (initial, maximum)
+        seconds of a pod that did not fit; (0, 0): retried on every change."""
+        self.scheduler_name, self.backoff, self.clock = scheduler_name, backoff, clock
+        self._pods: dict[str, dict] = {}  # uid -> the pod as last seen, unbound
+        self._tries: dict[str, LastTry] = {}  # pods that did not fit, or whose write failed
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._pods
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def get(self, uid: str) -> dict | None:
+        return self._pods.get(uid)
+
+    def pods(self) -> list[dict]:
+        return list(self._pods.values())
+
+    def upsert(self, pod: dict) -> None:
+        """An unbound pod as the watch shows it: waits here if it is ours and not leaving."""
+        uid, meta = uid_of(pod), pod["metadata"]
+        theirs = self.scheduler_name is not None and \
+            (pod.get("spec") or {}).get("schedulerName") != self.scheduler_name
+        if theirs or meta.get("deletionTimestamp"):
+            self.remove(uid)
+            return
+        old = self._pods.get(uid)
+        if old is not None and concerns(old, pod):
+            self._tries.pop(uid, None)  # what it asks for may have changed: try it now
+        self._pods[uid] = pod
+
+    def remove(self, uid: str) -> dict | None:
+        """Out of the queue: bound, gone, or taken for a binding."""
+        self._tries.pop(uid, None)
+        return self._pods.pop(uid, None)
+
+    def relist(self, pods: list[dict]) -> None:
+        self._pods.clear()
+        self._tries.clear()
+        for pod in pods:
+            self.upsert(pod)
+
+    def due(self, generation: int) -> Iterator[dict]:
+        """The pods to try now, in queue order. A pod removed while the caller works through
+        them is skipped."""
+        now = self.clock()
+        for pod in sorted(self._pods.values(), key=queue_order):
+            uid = uid_of(pod)
+            if uid not in self._pods:
+                continue
+            last = self._tries.get(uid)
+            if last is None or last.due(generation, now):
+                yield self._pods[uid]
+
+    def unschedulable(self, uid: str, generation: int) -> None:
+        """A try placed nothing at `generation`: its backoff grows."""
+        self._tries[uid] = failed_try(self._tries.get(uid), generation, self.clock(), *self.backoff)
+
+    def write_failed(self, pod: dict) -> None:
+        """Its binding was refused: it waits again, tried after ERROR_RETRY."""
+        self._pods[uid_of(pod)] = pod
+        self._tries[uid_of(pod)] = LastTry(None, self.clock())
+
+    def last_try(self, uid: str) -> LastTry | None:
+        return self._tries.get(uid)
