@@ -57,6 +57,11 @@ ROUNDS, DURATION, WARMUP = 13, 3, 2  # defaults: about 9 minutes; wrk takes whol
 # call made meanwhile, on a new connection with its TLS handshake, within SLOW_CALL_GOAL s.
 SLOW_LOADS = ((32, 1), (256, 4))
 SLOW_CALLS, SLOW_CALL_GOAL = 10, 1.0
+# One peer flooding big reviews (issue 32, item 6): connections from one loopback address, each
+# sending 2.5 MB reviews back to back; every call of another peer meanwhile, on a new
+# connection with its TLS handshake, within FLOOD_CALL_GOAL s.
+FLOOD_LOADS = (16, 32)
+FLOOD_CALLS, FLOOD_CALL_GOAL = 20, 1.0
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 25.0
 
@@ -83,7 +88,8 @@ def estimate(args) -> float:
     _defaults(args)
     per_run = args.duration + 0.4
     return (len(CELLS) * (args.warmup + 0.4) + args.rounds * len(_concurrencies(args))
-            * len(CELLS) * per_run + 10 + len(SLOW_LOADS) * (4 + SLOW_CALLS * 0.3))
+            * len(CELLS) * per_run + 10 + len(SLOW_LOADS) * (4 + SLOW_CALLS * 0.3)
+            + len(FLOOD_LOADS) * (10 + FLOOD_CALLS * 0.3))
 
 
 # --- wrk ---------------------------------------------------------------------------------
@@ -381,6 +387,7 @@ def run(args) -> Section:
         steal1 = _steal()
         memory = {name: s.memory() for name, s in servers.items()}
         slow_table, slow_goals = slow_clients(servers["webhook"])
+        flood_table, flood_goals = flooding_peer(servers["webhook"])
     finally:
         for s in servers.values():
             s.stop()
@@ -482,7 +489,8 @@ def run(args) -> Section:
               "one run. `req/s vs bare` is the share of the stack's ceiling that the webhook "
               "keeps; `req per CPU-s vs bare` is the same from the worker's CPU time per "
               "request, which a busy neighbour moves less than the wall clock.",
-        conditions=conditions, tables=[table, mem, slow_table], goals=goals + slow_goals)
+        conditions=conditions, tables=[table, mem, slow_table, flood_table],
+        goals=goals + slow_goals + flood_goals)
 
 
 def slow_clients(server: Server, calls: int = SLOW_CALLS) -> tuple[Table, list[Goal]]:
@@ -490,13 +498,10 @@ def slow_clients(server: Server, calls: int = SLOW_CALLS) -> tuple[Table, list[G
     reconnect when cut off (tests/hardening/net.py), against the running webhook."""
     from tests.hardening.net import real_calls_under_dribbling
 
-    class Target:  # what the test clients need of a server
-        port, url, ca = server.port, server.url, str(server.ca)
-
     rows, goals = [], []
     for count, peers in SLOW_LOADS:
         print(f"bench: webhook: {count} dribbling clients", flush=True)
-        r = real_calls_under_dribbling(Target, count, peers, calls=calls)
+        r = real_calls_under_dribbling(_target(server), count, peers, calls=calls)
         seconds = [t for _, t in r["calls"]]
         answered = sum(1 for status, _ in r["calls"] if status == 200)
         rows.append([str(count), str(peers), f"{answered} of {len(seconds)}",
@@ -514,8 +519,49 @@ def slow_clients(server: Server, calls: int = SLOW_CALLS) -> tuple[Table, list[G
     return table, goals
 
 
+def flooding_peer(server: Server, calls: int = FLOOD_CALLS) -> tuple[Table, list[Goal]]:
+    """Calls from 127.0.0.1 while connections from 127.0.0.2 send big reviews back to back
+    (tests/hardening/flood.py), against the running webhook."""
+    from tests.hardening.flood import calls_under_flood
+
+    rows, goals = [], []
+    for connections in FLOOD_LOADS:
+        print(f"bench: webhook: {connections} connections flooding big reviews", flush=True)
+        r = calls_under_flood(_target(server), connections, calls=calls)
+        seconds = [t for _, t in r["calls"]]
+        answered = sum(1 for status, _ in r["calls"] if status == 200)
+        flood = r["flood"]
+        reviews = flood["answers"].get("200", 0)
+        others = sum(n for status, n in flood["answers"].items() if status != "200")
+        rows.append([str(connections), f"{answered} of {len(seconds)}",
+                     f"{statistics.median(seconds):.3f}",
+                     f"{statistics.quantiles(seconds, n=100, method='inclusive')[98]:.3f}",
+                     f"{max(seconds):.3f}",
+                     f"{reviews} in {flood['seconds']:.0f} s ({reviews / flood['seconds']:.1f}/s)"
+                     + (f", {others} other answers" if others else "")])
+        goals.append(Goal(f"{connections} connections of one peer flooding big reviews: every "
+                          f"call of another peer answered within {FLOOD_CALL_GOAL:g} s, TLS "
+                          f"handshake included",
+                          f"{answered} of {len(seconds)}, slowest {max(seconds):.2f} s",
+                          answered == len(seconds) and max(seconds) < FLOOD_CALL_GOAL))
+    size = flood.get("bytes", 0)
+    table = Table(["flooding connections (one peer)", "calls answered", "median s", "p99 s",
+                   "slowest s", "flood's reviews answered meanwhile"], rows,
+                  f"One peer flooding: {calls} POSTs /validate of a small review from 127.0.0.1, "
+                  f"each on a new connection, while connections from 127.0.0.2 send "
+                  f"{size / 1e6:.1f} MB reviews (20,000 slice containers) back to back")
+    return table, goals
+
+
+def _target(server: Server):
+    class Target:  # what the test clients need of a server
+        port, url, ca = server.port, server.url, str(server.ca)
+    return Target
+
+
 def main() -> None:
-    """The slow-client figures alone (`python -m bench.webhook`), against a fresh webhook."""
+    """The slow-client and flood figures alone (`python -m bench.webhook`), against a fresh
+    webhook."""
     work = Path(tempfile.mkdtemp(prefix="bench-slow-"))
     try:
         subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "--out", str(work / "certs")],
@@ -524,10 +570,12 @@ def main() -> None:
                         work / "webhook.log").start()
         try:
             table, goals = slow_clients(server)
+            flood_table, flood_goals = flooding_peer(server)
         finally:
             server.stop()
         print(table.markdown())
-        for g in goals:
+        print(flood_table.markdown())
+        for g in goals + flood_goals:
             print(f"{'met' if g.met else 'NOT MET'}: {g.what}: {g.measured}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
