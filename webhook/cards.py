@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -82,5 +83,5 @@ class Fleet:
         return f"{_join(sorted(self.valid))} (memoryPerCard {self.capacities_text})"
 
 
-def _join(values) -> str:
+def _join(values: Iterable[int]) -> str:
     return ", ".join(str(v) for v in values)

@@ -102,7 +102,7 @@ def _path(parent: str, key: str) -> str:
     return f"{parent}.{key}" if parent else key
 
 
-def _mapping(value: Any, path: str, allowed: set[str]) -> dict:
+def _mapping(value: Any, path: str, allowed: set[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{path or 'the file'}: must be a mapping, got {_kind(value)}")
     for key in value:
@@ -112,14 +112,14 @@ def _mapping(value: Any, path: str, allowed: set[str]) -> dict:
     return value
 
 
-def _string(m: dict, key: str, parent: str, default: str) -> str:
+def _string(m: dict[str, Any], key: str, parent: str, default: str) -> str:
     value = m.get(key, default)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{_path(parent, key)}: must be a non-empty string, got {_kind(value)}")
     return value
 
 
-def _bool(m: dict, key: str, parent: str, default: bool) -> bool:
+def _bool(m: dict[str, Any], key: str, parent: str, default: bool) -> bool:
     value = m.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"{_path(parent, key)}: must be true or false, got {_kind(value)}")
@@ -135,9 +135,9 @@ def _strings(value: Any, path: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _policy(m: dict, key: str, default: str) -> str:
+def _policy(m: dict[str, Any], key: str, default: str) -> str:
     value = m.get(key, default)
-    if value not in POLICIES:
+    if not isinstance(value, str) or value not in POLICIES:
         raise ConfigError(f"allocator.{key}: must be one of {', '.join(POLICIES)}, got {value!r}")
     return value
 

@@ -30,7 +30,7 @@ def request_devices(request: PodRequest) -> list[list[Device]]:
     out: list[list[Device]] = []
     for a in request.asks:
         if a.kind is Kind.SLICE:
-            out.append([Device("", a.memory * UNIT_MIB, a.cores or 0)])
+            out.append([Device("", a.slice_memory * UNIT_MIB, a.cores or 0)])
         elif a.kind is Kind.WHOLE:
             out.append([Device("", (a.memory or units) * UNIT_MIB, CORES_PER_CARD)] * a.cards)
         else:

@@ -15,6 +15,7 @@ from typing import Any
 from . import annotations as keys
 from .cards import CORES_PER_CARD, CardModel, Fleet
 from .config import MthreadsConfig
+from .json_types import JsonObject
 
 VENDOR_WHOLE_GPU = "mthreads.com/gpu"  # the vendor plugin's own whole-card resource
 MAX_QUANTITY = 2**31 - 1
@@ -75,6 +76,12 @@ class ContainerAsk:
     cores: int | None = None
     vendor_card: bool = False  # asks for nothing of ours but for the vendor plugin's whole card
 
+    @property
+    def slice_memory(self) -> int:
+        """A slice's memory: read_container never makes a slice without it."""
+        assert self.memory is not None, f"slice of {self.name!r} without memory"
+        return self.memory
+
 
 @dataclass(frozen=True)
 class PodRequest:
@@ -101,7 +108,7 @@ class PodRequest:
         object.__setattr__(self, "slices", tuple(slices))
 
 
-def containers(pod: dict) -> list[tuple[bool, int, dict]]:
+def containers(pod: JsonObject) -> list[tuple[bool, int, JsonObject]]:
     """(is_init, index, container) for every container, init containers first.
 
     A list, so that one admission walks the pod once and hands it on (`items=`)."""
@@ -116,12 +123,12 @@ def containers(pod: dict) -> list[tuple[bool, int, dict]]:
     return out
 
 
-def container_name(c: dict) -> str:
+def container_name(c: JsonObject) -> str:
     name = c.get("name")
     return name if isinstance(name, str) else "?"
 
 
-def _resource_maps(c: dict) -> tuple[dict, dict]:
+def _resource_maps(c: JsonObject) -> tuple[JsonObject, JsonObject]:
     res = c.get("resources")
     if not isinstance(res, dict):
         return {}, {}
@@ -129,7 +136,7 @@ def _resource_maps(c: dict) -> tuple[dict, dict]:
     return (limits if isinstance(limits, dict) else {}), (requests if isinstance(requests, dict) else {})
 
 
-def _raw(limits: dict, requests: dict, resource: str) -> Any:
+def _raw(limits: JsonObject, requests: JsonObject, resource: str) -> Any:
     """The value of a resource from limits, else requests, else None."""
     return limits[resource] if resource in limits else requests.get(resource)
 
@@ -156,8 +163,8 @@ def resource_names(mt: MthreadsConfig) -> tuple[str, str, str]:
     return mt.count_resource, mt.memory_resource, mt.core_resource
 
 
-def is_mthreads_pod(pod: dict, names: tuple[str, str, str],
-                    items: list[tuple[bool, int, dict]] | None = None) -> bool:
+def is_mthreads_pod(pod: JsonObject, names: tuple[str, str, str],
+                    items: list[tuple[bool, int, JsonObject]] | None = None) -> bool:
     """Does any container name the count, memory or core resource? (the hot path)
 
     Only looks the names up in each container's limits and requests, nothing parsed:
@@ -170,7 +177,7 @@ def is_mthreads_pod(pod: dict, names: tuple[str, str, str],
     return False
 
 
-def card_model(pod: dict, fleet: Fleet) -> str | None:
+def card_model(pod: JsonObject, fleet: Fleet) -> str | None:
     """The model a pod names, checked against the fleet (rule 11)."""
     meta = pod.get("metadata")
     ann = meta.get("annotations") if isinstance(meta, dict) else None
@@ -183,7 +190,7 @@ def card_model(pod: dict, fleet: Fleet) -> str | None:
     return model
 
 
-def read_container(init: bool, index: int, c: dict, mt: MthreadsConfig,
+def read_container(init: bool, index: int, c: JsonObject, mt: MthreadsConfig,
                    capacities: tuple[int, ...]) -> ContainerAsk:
     """Classify one container (rules 1, 4, 5 and 6).
 
@@ -230,7 +237,7 @@ def _who(name: str) -> str:
     return f"container {name!r}".replace("'", '"')
 
 
-def _quantity(name: str, resource: str, limits: dict, requests: dict) -> int | None:
+def _quantity(name: str, resource: str, limits: JsonObject, requests: JsonObject) -> int | None:
     """One resource's value, parsed (rule 1), from the container's maps already read."""
     raw = _raw(limits, requests, resource)
     if raw is None:
@@ -251,8 +258,8 @@ def _whole_form_units(count: int, memory: int | None, cores: int | None,
     return per_card if per_card in capacities else None
 
 
-def read_request(pod: dict, mt: MthreadsConfig, fleet: Fleet,
-                 items: list[tuple[bool, int, dict]] | None = None) -> PodRequest:
+def read_request(pod: JsonObject, mt: MthreadsConfig, fleet: Fleet,
+                 items: list[tuple[bool, int, JsonObject]] | None = None) -> PodRequest:
     """Everything the pod asks for, checked against the fleet (rules 1 to 7 and 11).
 
     `items`: containers(pod), when the caller has walked the pod already."""
@@ -308,7 +315,7 @@ def _slice_models(request: PodRequest, mt: MthreadsConfig, fleet: Fleet,
                                     f"valid values are 1 to {CORES_PER_CARD} (core groups per "
                                     f"card)")
     slices = request.slices
-    memory = sum(a.memory for a in slices)
+    memory = sum(a.slice_memory for a in slices)
     cores = sum(a.cores or 0 for a in slices)
     fitting = tuple(m for m in allowed
                     if all(a.memory in m.valid for a in slices)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import annotations as keys
 from .. import hami
 from ..cards import CORES_PER_CARD
+from ..json_types import JsonObject
 from ..pods import Kind, PodRequest
 from .validate import Rules, annotations_of
 
@@ -19,15 +20,15 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def patch_for(pod: dict, request: PodRequest, rules: Rules) -> list[dict]:
-    ops: list[dict] = []
+def patch_for(pod: JsonObject, request: PodRequest, rules: Rules) -> list[JsonObject]:
+    ops: list[JsonObject] = []
     ops += _scheduler_name(pod, rules)
     ops += _whole_card_resources(pod, request, rules)
     ops += _annotations(pod, request)
     return ops
 
 
-def _scheduler_name(pod: dict, rules: Rules) -> list[dict]:
+def _scheduler_name(pod: JsonObject, rules: Rules) -> list[JsonObject]:
     current = pod.get("spec", {}).get("schedulerName")
     cfg = rules.config
     if current == cfg.scheduler_name:
@@ -37,13 +38,13 @@ def _scheduler_name(pod: dict, rules: Rules) -> list[dict]:
     return []
 
 
-def _whole_card_resources(pod: dict, request: PodRequest, rules: Rules) -> list[dict]:
+def _whole_card_resources(pod: JsonObject, request: PodRequest, rules: Rules) -> list[JsonObject]:
     """Fill memory and cores for containers that asked for whole cards by count alone."""
     if request.kind is not Kind.WHOLE:
         return []
     _, mem_r, core_r = rules.names
     units = request.models[0].units
-    ops: list[dict] = []
+    ops: list[JsonObject] = []
     for a in request.asks:
         if a.kind is not Kind.WHOLE or a.memory is not None:
             continue
@@ -61,7 +62,7 @@ def _whole_card_resources(pod: dict, request: PodRequest, rules: Rules) -> list[
     return ops
 
 
-def _annotations(pod: dict, request: PodRequest) -> list[dict]:
+def _annotations(pod: JsonObject, request: PodRequest) -> list[JsonObject]:
     wanted = {keys.TO_ALLOCATE: hami.encode(hami.request_devices(request))}
     if request.cards > 1:
         wanted[keys.REQUEST_GPU_NUM] = str(request.cards)

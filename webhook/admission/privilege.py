@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
+from ..json_types import JsonObject
 from ..pods import InvalidRequest, Rule, container_name
 
 CARD_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL"})
@@ -21,7 +22,7 @@ CARD_DIRS = {"/dev": "the host's /dev holds every card's device file",
 ROOT_WHY = "the host's / holds /dev"
 
 
-def ephemeral_containers(obj: dict) -> list[dict]:
+def ephemeral_containers(obj: JsonObject) -> list[JsonObject]:
     """spec.ephemeralContainers of a Pod, or ephemeralContainers of the EphemeralContainers
     object that pods/ephemeralcontainers takes on Kubernetes 1.16 to 1.21."""
     spec = obj.get("spec")
@@ -31,7 +32,7 @@ def ephemeral_containers(obj: dict) -> list[dict]:
     return [c for c in items if isinstance(c, dict)] if isinstance(items, list) else []
 
 
-def check_privilege(pod: dict, items: list[dict], whole_pod: bool = True) -> None:
+def check_privilege(pod: JsonObject, items: list[JsonObject], whole_pod: bool = True) -> None:
     """Raise InvalidRequest (rule 8) for the first container of `items` that reaches every
     card; with `whole_pod` (CREATE) also for a card volume that no container mounts yet:
     an ephemeral container could mount it later, and on 1.16-1.21 the webhook does not see
@@ -72,7 +73,7 @@ def card_path_reason(path: str) -> str | None:
     return None
 
 
-def _reaches_every_card(c: dict, card_volumes: dict[str, tuple[str, str]]
+def _reaches_every_card(c: JsonObject, card_volumes: dict[str, tuple[str, str]]
                         ) -> tuple[str, str] | None:
     """(what the container does, ": why" or "") when it reaches every card, else None."""
     sc = c.get("securityContext")
@@ -101,7 +102,7 @@ def _capability(cap: str) -> str:
     return cap[4:] if cap.startswith("CAP_") else cap
 
 
-def _card_volumes(pod: dict) -> dict[str, tuple[str, str]]:
+def _card_volumes(pod: JsonObject) -> dict[str, tuple[str, str]]:
     """name -> (path as given, why) of the pod's hostPath volumes that reach every card."""
     spec = pod.get("spec")
     volumes = spec.get("volumes") if isinstance(spec, dict) else None

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..json_types import JsonObject
+
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 # The API server may send two 3 MiB objects in one UPDATE review.
@@ -28,14 +30,14 @@ class Review:
     uid: str
     operation: str
     is_pod: bool
-    obj: dict | None
-    old_obj: dict | None
+    obj: JsonObject | None
+    old_obj: JsonObject | None
     username: str
     # A pods/binding (or legacy `bindings`) CREATE: obj is a Binding, whose annotations the
     # API server merges into the pod it binds.
     is_binding: bool = False
     sub_resource: str = ""  # "status", "binding", ...; "" for the pod itself
-    groups: tuple = ()  # userInfo.groups, as sent (only looked up in)
+    groups: tuple[Any, ...] = ()  # userInfo.groups, as sent (only looked up in)
     # pods/ephemeralcontainers on Kubernetes 1.16-1.21: obj is an EphemeralContainers object
     # (the pod's metadata and ephemeral containers); on 1.22+ it is the Pod.
     is_ephemeral: bool = False
@@ -82,7 +84,7 @@ def decode(body: bytes) -> Review:
                   is_ephemeral=kind == "EphemeralContainers")
 
 
-def _core_kind(req: dict, obj: Any) -> str:
+def _core_kind(req: JsonObject, obj: Any) -> str:
     """The kind of a core-group (v1) object under review, else ""."""
     kind = req.get("kind")
     if isinstance(kind, dict):
@@ -92,7 +94,7 @@ def _core_kind(req: dict, obj: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def allow(review: Review, patch: list[dict] | None = None) -> dict:
+def allow(review: Review, patch: list[JsonObject] | None = None) -> JsonObject:
     response: dict[str, Any] = {"uid": review.uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
@@ -100,7 +102,7 @@ def allow(review: Review, patch: list[dict] | None = None) -> dict:
     return _envelope(review.api_version, response)
 
 
-def deny(api_version: str, uid: str, message: str, code: int = 403) -> dict:
+def deny(api_version: str, uid: str, message: str, code: int = 403) -> JsonObject:
     reason = "Forbidden" if code == 403 else "InternalError"
     return _envelope(api_version, {
         "uid": uid, "allowed": False,
@@ -108,5 +110,5 @@ def deny(api_version: str, uid: str, message: str, code: int = 403) -> dict:
     })
 
 
-def _envelope(api_version: str, response: dict) -> dict:
+def _envelope(api_version: str, response: JsonObject) -> JsonObject:
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}

@@ -11,6 +11,7 @@ import re
 
 from .. import annotations as keys
 from ..config import POLICIES  # what the allocator implements
+from ..json_types import JsonObject
 from ..pods import InvalidRequest, Rule
 
 POLICY_KEYS = (keys.NODE_POLICY, keys.GPU_POLICY)
@@ -21,7 +22,7 @@ _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 CARD_ID = re.compile(rf"{_LABEL}(\.{_LABEL})*-mthreads-(0|[1-9][0-9]{{0,3}})")
 
 
-def check_user_annotations(ann: dict, only: tuple[str, ...] = USER_KEYS) -> None:
+def check_user_annotations(ann: JsonObject, only: tuple[str, ...] = USER_KEYS) -> None:
     """Raise InvalidRequest for the first of `only` whose value the allocator cannot use."""
     for key in only:
         if key not in ann:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
+from ..json_types import JsonObject
 from ..pods import InvalidRequest, PodRequest, Rule, containers, is_mthreads_pod, read_request, \
     resource_names
 from .privilege import check_privilege, ephemeral_containers
@@ -33,13 +34,13 @@ class Rules:
                    resource_names(config.mthreads), config.allocator.writers)
 
 
-def annotations_of(pod: dict) -> dict:
+def annotations_of(pod: JsonObject) -> JsonObject:
     meta = pod.get("metadata")
     ann = meta.get("annotations") if isinstance(meta, dict) else None
     return ann if isinstance(ann, dict) else {}
 
 
-def labels_of(pod: dict) -> dict:
+def labels_of(pod: JsonObject) -> JsonObject:
     meta = pod.get("metadata")
     labels = meta.get("labels") if isinstance(meta, dict) else None
     return labels if isinstance(labels, dict) else {}
@@ -50,7 +51,7 @@ def is_kubelet(username: str, groups: tuple[str, ...]) -> bool:
     return username.startswith("system:node:") and len(username) > 12 and NODES_GROUP in groups
 
 
-def check_create(pod: dict, rules: Rules, username: str,
+def check_create(pod: JsonObject, rules: Rules, username: str,
                  groups: tuple[str, ...] = ()) -> PodRequest | None:
     """Admit a new pod or raise InvalidRequest; the request of an Mthreads pod, else None."""
     if not rules.config.mthreads.enabled:
@@ -77,7 +78,7 @@ def check_create(pod: dict, rules: Rules, username: str,
     return request
 
 
-def check_update(old: dict, new: dict, rules: Rules, username: str,
+def check_update(old: JsonObject, new: JsonObject, rules: Rules, username: str,
                  groups: tuple[str, ...] = (), sub_resource: str = "") -> None:
     """Rule 10 for the allocation keys and what was set at CREATE; rule 8 for ephemeral
     containers; the opt-out label and the user's annotations as on CREATE.
@@ -119,7 +120,7 @@ def check_update(old: dict, new: dict, rules: Rules, username: str,
     check_user_annotations(after, steering)
 
 
-def _is_mthreads(obj: dict, rules: Rules) -> bool:
+def _is_mthreads(obj: JsonObject, rules: Rules) -> bool:
     """An Mthreads pod by its containers; an EphemeralContainers object (no containers) by
     the request annotation the webhook wrote at CREATE, which rule 10 holds from then on."""
     if obj.get("kind") == "EphemeralContainers":
@@ -134,7 +135,7 @@ def _refuse_opt_out() -> None:
                                        f"may not carry it (it would go unallocated)")
 
 
-def check_binding(binding: dict, rules: Rules, username: str) -> None:
+def check_binding(binding: JsonObject, rules: Rules, username: str) -> None:
     """A Binding's annotations are merged into the pod it binds (SPEC 4, the allocator's one
     write), so carrying an allocation key is writing it: rule 10, as on UPDATE."""
     if not rules.config.mthreads.enabled or username in rules.writers:
@@ -149,7 +150,7 @@ def check_binding(binding: dict, rules: Rules, username: str) -> None:
                                  f"may not bind {pod} with it")
 
 
-def _refuse_allocation_keys(ann: dict) -> None:
+def _refuse_allocation_keys(ann: JsonObject) -> None:
     forged = sorted(keys.ALLOCATION_KEYS.intersection(ann))
     if forged:
         raise InvalidRequest(Rule.ALLOCATION_WRITERS, f"annotation {forged[0]} is written by the allocator when it "

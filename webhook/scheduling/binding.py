@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import annotations as keys
 from ..hami import encode
+from ..json_types import JsonObject
 from .decide import Placement
 
 
@@ -22,8 +23,8 @@ def binding_annotations(p: Placement, now_ns: int) -> dict[str, str]:
 
 
 def binding_body(namespace: str, name: str, uid: str, p: Placement, now_ns: int,
-                 with_annotations: bool) -> dict:
-    meta: dict = {"name": name, "namespace": namespace, "uid": uid}
+                 with_annotations: bool) -> JsonObject:
+    meta: JsonObject = {"name": name, "namespace": namespace, "uid": uid}
     if with_annotations:
         meta["annotations"] = binding_annotations(p, now_ns)
     return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from .. import annotations as keys
 from ..hami import EncodingError, decode
+from ..json_types import JsonObject
 from .shares import share_of
 
 UNREADABLE = -1  # container index of a holding read from a garbled annotation
@@ -40,7 +41,7 @@ class BoundPod:
         return f"{self.namespace}/{self.name}"
 
 
-def bound_pod(pod: dict) -> BoundPod | None:
+def bound_pod(pod: JsonObject) -> BoundPod | None:
     """The cards a bound pod holds; None for a pod that is not bound or holds none."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     node = spec.get("nodeName")
@@ -71,11 +72,11 @@ class BoundPods:
 
     A pod that ends or is deleted is dropped here, so no series of it outlives it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pods: dict[str, BoundPod] = {}
 
-    def seen(self, pod: dict) -> None:
+    def seen(self, pod: JsonObject) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
         held = bound_pod(pod)
         with self._lock:

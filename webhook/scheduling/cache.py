@@ -37,9 +37,10 @@ import threading
 from dataclasses import dataclass, replace
 from enum import Enum
 from contextlib import contextmanager
-from typing import Callable, Iterator, NamedTuple, TypeVar
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar, cast
 
 from ..config import MthreadsConfig
+from ..json_types import JsonObject
 from .bound import BoundPod, BoundPods
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
@@ -67,7 +68,7 @@ class Assumed:
     phase: Phase
     namespace: str = ""
     name: str = ""
-    pod: dict | None = None  # the pod a reservation was made for, for the write
+    pod: JsonObject | None = None  # the pod a reservation was made for, for the write
     placement: Placement | None = None  # a reservation's whole choice, for the write
     until: float | None = None  # a reservation's deadline (monotonic)
 
@@ -102,17 +103,17 @@ class SchedulerCache:
         self._shows_unbound = shows_unbound
 
     # what the watches show
-    def apply(self, kind: str, event: str, obj) -> None:
+    def apply(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> None:
         """An informer's event: RESET (a full list), DELETED, or an add/update."""
         with self._lock:
             if kind == "node":
                 self._state.node_event(event, obj)
             elif event == "RESET":
-                self._relist(obj)
+                self._relist(cast("list[JsonObject]", obj))
             elif event == "DELETED":
-                self._gone(uid_of(obj))
+                self._gone(uid_of(cast(JsonObject, obj)))
             else:
-                self._seen(obj)
+                self._seen(cast(JsonObject, obj))
             if event == "RESET":
                 self._listed.add(kind)
 
@@ -122,7 +123,7 @@ class SchedulerCache:
         with self._lock:
             return self._listed >= {"node", "pod"}
 
-    def _relist(self, pods: list[dict]) -> None:
+    def _relist(self, pods: list[JsonObject]) -> None:
         keep = self._assumed
         self._state.clear_shares()
         self._bound.clear()
@@ -144,7 +145,7 @@ class SchedulerCache:
         for pod in pods:
             self._seen(pod)
 
-    def _seen(self, pod: dict) -> None:
+    def _seen(self, pod: JsonObject) -> None:
         uid = uid_of(pod)
         if is_finished(pod):  # whether the watch shows the change or, for LIVE_PODS, its removal
             self._gone(uid)
@@ -172,7 +173,7 @@ class SchedulerCache:
         self._bound.gone(uid)
 
     # what a front-end assumes
-    def reserve(self, placement: Placement, pod: dict, until: float) -> None:
+    def reserve(self, placement: Placement, pod: JsonObject, until: float) -> None:
         """A filter's choice, counted until `until` unless a bind takes it."""
         meta = pod["metadata"]
         with self._lock:
@@ -268,7 +269,7 @@ class SchedulerCache:
             return READ if self.binding_unknown(share) else None
         return DROPPED if self.forget(share) else None
 
-    def resolved(self, uid: str, status: int, pod: dict | None) -> str:
+    def resolved(self, uid: str, status: int, pod: JsonObject | None) -> str:
         """A fresh read of a pod (HTTP status, the pod or None): "bound", "unbound", "gone",
         or "unknown" (not readable, or a write of it is under way: keep counting its share)."""
         with self._lock:
@@ -315,7 +316,7 @@ class SchedulerCache:
         with self._lock:
             return [uid for uid, a in self._assumed.items() if a.phase is Phase.RESERVED]
 
-    def holders(self, nodes: set[str] | list[str] | dict) -> dict[str, dict[str, Holder]]:
+    def holders(self, nodes: Iterable[str]) -> dict[str, dict[str, Holder]]:
         """Per node, the bound pods holding something there, as preemption weighs them (not
         the assumed shares: a pod being bound is no victim)."""
         with self._lock:
@@ -333,7 +334,7 @@ class SchedulerCache:
         with self._lock:
             return self._state.generation
 
-    def read(self, decide: Callable[..., T], *args) -> T:
+    def read(self, decide: Callable[..., T], *args: Any) -> T:
         """`decide(state, *args)` under the lock: a decision reads the state as one moment."""
         with self._lock:
             return decide(self._state, *args)

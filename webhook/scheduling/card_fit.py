@@ -8,7 +8,7 @@ N whole cards take N idle cards of the node.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..cards import CORES_PER_CARD, UNIT_MIB
 from ..pods import Kind, PodRequest
@@ -31,7 +31,7 @@ class CardNeed:
     nouse: frozenset[str]  # card ids avoided
 
 
-def card_ids(text) -> frozenset[str]:
+def card_ids(text: object) -> frozenset[str]:
     if not isinstance(text, str):
         return frozenset()
     return frozenset(p.strip() for p in text.split(",") if p.strip())
@@ -42,7 +42,7 @@ def need_of(request: PodRequest, use: frozenset[str] = frozenset(),
     slices = request.slices
     return CardNeed(
         kind=request.kind, cards=request.cards,
-        memory_mib=sum(a.memory for a in slices) * UNIT_MIB,
+        memory_mib=sum(a.slice_memory for a in slices) * UNIT_MIB,
         cores=sum(a.cores or 0 for a in slices),
         any_coreless=any(a.cores is None for a in slices),
         model_units=frozenset(m.units for m in request.models), use=use, nouse=nouse)
@@ -56,7 +56,7 @@ def held_whole(card: Card, u: CardUsage) -> bool:
 Usage = Callable[[str], CardUsage]
 
 
-def _filters(need: CardNeed, usage: Usage):
+def _filters(need: CardNeed, usage: Usage) -> Iterator[tuple[str, Callable[[Card], bool]]]:
     yield reasons.TYPE_MISMATCH, lambda c: c.model.units in need.model_units
     yield reasons.UUID_MISMATCH, lambda c: (not need.use or c.id in need.use) and c.id not in need.nouse
     if need.kind is Kind.WHOLE:

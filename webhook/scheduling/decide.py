@@ -12,13 +12,14 @@ from typing import Callable
 from ..cards import CORES_PER_CARD, UNIT_MIB
 from ..config import Config
 from ..hami import Device
+from ..json_types import JsonObject
 from ..pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
 from .card_fit import fit_cards, least_card, may_fit
 from .inventory import Card
 from .node_fit import node_reason
-from .resources import NO_DEVICES, Devices, pod_requests
+from .resources import NO_DEVICES, Devices, Resources, pod_requests
 from .score import best_node, policies
 from .shares import PodShare, card_shares
 from .request import PodAsk
@@ -36,10 +37,10 @@ class Placement:
 @dataclass(frozen=True)
 class NoFit:
     message: str
-    rejected: Counter
+    rejected: Counter[str]
 
 
-def place(pod: dict, ask: PodAsk, state: ClusterState, config: Config) -> Placement | NoFit:
+def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> Placement | NoFit:
     """The node and cards for the pod (`ask`: what it asks, read once by request.request_of),
     or why none fits. A pod that breaks an admission rule is the caller's (`ask.invalid`)."""
     spec = pod.get("spec") or {}
@@ -53,7 +54,7 @@ def place(pod: dict, ask: PodAsk, state: ClusterState, config: Config) -> Placem
         if fit is not None:
             return fit
     # Nothing fits (or no cards are asked for): every node is read, for its reason.
-    rejected: Counter = Counter()
+    rejected: Counter[str] = Counter()
     named: dict[str, list[str]] = {}
     fitting, chosen = [], {}
     for info in state.nodes.values():
@@ -74,7 +75,7 @@ def place(pod: dict, ask: PodAsk, state: ClusterState, config: Config) -> Placem
     return placement(pod, request, node.name, chosen[node.name], wants, devices)
 
 
-def first_fit(pod: dict, ask: PodAsk, state: ClusterState, node_policy: str, gpu_policy: str,
+def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: str, gpu_policy: str,
               consider: Callable[[str], bool] | None = None,
               node_rules: bool = True) -> Placement | None:
     """The one walk of every decision that chooses cards: the nodes in the node policy's
@@ -101,8 +102,8 @@ def first_fit(pod: dict, ask: PodAsk, state: ClusterState, node_policy: str, gpu
     return None
 
 
-def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Card, ...],
-              wants, requested: Devices = NO_DEVICES) -> Placement:
+def placement(pod: JsonObject, request: PodRequest | None, node: str, cards: tuple[Card, ...],
+              wants: Resources, requested: Devices = NO_DEVICES) -> Placement:
     """`requested`: the pod's requests of the Mthreads resources, counted against allocatable
     from the moment the share is assumed."""
     uid = (pod.get("metadata") or {}).get("uid", "")
@@ -111,7 +112,7 @@ def placement(pod: dict, request: PodRequest | None, node: str, cards: tuple[Car
         free = iter(cards)
         for a in request.asks:
             if a.kind is Kind.SLICE:
-                devices.append((Device(cards[0].id, a.memory * UNIT_MIB, a.cores or 0),))
+                devices.append((Device(cards[0].id, a.slice_memory * UNIT_MIB, a.cores or 0),))
             elif a.kind is Kind.WHOLE:
                 devices.append(tuple(Device(c.id, c.memory_mib, CORES_PER_CARD)
                                      for c in (next(free) for _ in range(a.cards))))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..cards import CORES_PER_CARD, UNIT_MIB, CardModel
 from ..config import MthreadsConfig
+from ..json_types import JsonObject
 from ..pods import parse_quantity
 
 
@@ -30,7 +31,7 @@ def card_id(node: str, index: int) -> str:
     return f"{node}-mthreads-{index}"
 
 
-def node_cards(node: dict, mt: MthreadsConfig) -> NodeCards:
+def node_cards(node: JsonObject, mt: MthreadsConfig) -> NodeCards:
     """cards = sgpu-core / 16, units per card = sgpu-memory / cards, model from the units."""
     name = (node.get("metadata") or {}).get("name", "")
     capacity = (node.get("status") or {}).get("capacity") or {}

@@ -6,20 +6,23 @@ kube-scheduler's filters do.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+from ..json_types import JsonObject
 from . import reasons
 from .resources import Resources
 
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 
 
-def is_ready(node: dict) -> bool:
+def is_ready(node: JsonObject) -> bool:
     for c in (node.get("status") or {}).get("conditions") or ():
         if c.get("type") == "Ready":
-            return c.get("status") == "True"
+            return bool(c.get("status") == "True")
     return False
 
 
-def tolerates(tolerations: list, taint: dict) -> bool:
+def tolerates(tolerations: list[JsonObject], taint: JsonObject) -> bool:
     for t in tolerations or ():
         effect = t.get("effect") or ""
         if effect and effect != taint.get("effect"):
@@ -34,10 +37,10 @@ def tolerates(tolerations: list, taint: dict) -> bool:
     return False
 
 
-def untolerated_taint(node: dict, tolerations: list) -> dict | None:
+def untolerated_taint(node: JsonObject, tolerations: list[JsonObject]) -> JsonObject | None:
     for taint in (node.get("spec") or {}).get("taints") or ():
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
-            return taint
+            return cast(JsonObject, taint)
     return None
 
 
@@ -46,10 +49,10 @@ def untolerated_taint(node: dict, tolerations: list) -> dict | None:
 # holds its list, so its id cannot be another list's while it is kept.
 _SET_FROM = 16  # values; a shorter list is scanned
 _SETS_KEPT = 64
-_sets: dict[int, tuple[list, frozenset]] = {}
+_sets: dict[int, tuple[list[Any], frozenset[str]]] = {}
 
 
-def _lookup(values: list) -> list | frozenset:
+def _lookup(values: list[Any]) -> list[Any] | frozenset[str]:
     if len(values) <= _SET_FROM:
         return values
     kept = _sets.get(id(values))
@@ -62,7 +65,7 @@ def _lookup(values: list) -> list | frozenset:
     return found
 
 
-def _expression_matches(expr: dict, value: str | None) -> bool:
+def _expression_matches(expr: JsonObject, value: str | None) -> bool:
     op, values = expr.get("operator"), expr.get("values") or []
     if op == "In":
         return value is not None and value in _lookup(values)
@@ -83,7 +86,7 @@ def _expression_matches(expr: dict, value: str | None) -> bool:
     return False
 
 
-def term_matches(term: dict, labels: dict, name: str) -> bool:
+def term_matches(term: JsonObject, labels: JsonObject, name: str) -> bool:
     """All expressions and fields of one nodeSelectorTerm; an empty term matches nothing."""
     exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
     if not exprs and not fields:
@@ -98,7 +101,7 @@ def term_matches(term: dict, labels: dict, name: str) -> bool:
     return True
 
 
-def matches_selector_and_affinity(pod_spec: dict, node: dict) -> bool:
+def matches_selector_and_affinity(pod_spec: JsonObject, node: JsonObject) -> bool:
     meta = node.get("metadata") or {}
     labels, name = meta.get("labels") or {}, meta.get("name", "")
     for k, v in (pod_spec.get("nodeSelector") or {}).items():
@@ -111,8 +114,8 @@ def matches_selector_and_affinity(pod_spec: dict, node: dict) -> bool:
     return any(term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or ())
 
 
-def node_reason(pod_spec: dict, node: dict, allocatable: Resources, requested: Resources,
-                wants: Resources) -> str | None:
+def node_reason(pod_spec: JsonObject, node: JsonObject, allocatable: Resources,
+                requested: Resources, wants: Resources) -> str | None:
     """None when the node can run the pod, else the reason string."""
     reason = node_rules_reason(pod_spec, node)
     if reason is not None:
@@ -128,7 +131,7 @@ def node_reason(pod_spec: dict, node: dict, allocatable: Resources, requested: R
     return None
 
 
-def node_rules_reason(pod_spec: dict, node: dict) -> str | None:
+def node_rules_reason(pod_spec: JsonObject, node: JsonObject) -> str | None:
     """The node's own rules for the pod, without counting what runs there: Ready, schedulable,
     taints, nodeSelector and required node affinity. None when they let the pod in."""
     if not is_ready(node):

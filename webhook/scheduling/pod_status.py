@@ -3,6 +3,10 @@ finished, a scheduler's last word on it; and the field selectors of the pods a c
 
 from __future__ import annotations
 
+from typing import cast
+
+from ..json_types import JsonObject
+
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # the pods a cache lists and watches
 BOUND_LIVE_PODS = "spec.nodeName!=," + LIVE_PODS  # of them, those on a node
 TERMINAL = ("Succeeded", "Failed")
@@ -13,27 +17,27 @@ def waiting_for(scheduler_name: str) -> str:
     return f"spec.schedulerName={scheduler_name},spec.nodeName=,{LIVE_PODS}"
 
 
-def uid_of(pod: dict) -> str:
-    return pod["metadata"]["uid"]
+def uid_of(pod: JsonObject) -> str:
+    return cast(str, pod["metadata"]["uid"])
 
 
-def name_of(pod: dict) -> str:
+def name_of(pod: JsonObject) -> str:
     m = pod["metadata"]
     return f"{m.get('namespace')}/{m.get('name')}"
 
 
-def is_bound(pod: dict) -> bool:
+def is_bound(pod: JsonObject) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
-def is_finished(pod: dict) -> bool:
+def is_finished(pod: JsonObject) -> bool:
     """Its containers have stopped: it holds nothing (the kubelet counts it no more)."""
     return (pod.get("status") or {}).get("phase") in TERMINAL
 
 
-def scheduled_condition(pod: dict) -> dict | None:
+def scheduled_condition(pod: JsonObject) -> JsonObject | None:
     """The pod's PodScheduled condition (a scheduler's last word on it), if any."""
     for c in (pod.get("status") or {}).get("conditions") or ():
         if c.get("type") == "PodScheduled":
-            return c
+            return cast(JsonObject, c)
     return None

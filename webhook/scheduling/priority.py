@@ -3,7 +3,9 @@ Priority admission fills from the PriorityClass; 0 when unset."""
 
 from __future__ import annotations
 
+from ..json_types import JsonObject
 
-def pod_priority(pod: dict) -> int:
+
+def pod_priority(pod: JsonObject) -> int:
     value = (pod.get("spec") or {}).get("priority")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from ..json_types import JsonObject
 from .pod_status import name_of, uid_of
 from .priority import pod_priority
 
@@ -28,7 +29,7 @@ POD_INITIAL_BACKOFF = 1.0
 POD_MAX_BACKOFF = 10.0
 
 
-def queue_order(pod: dict) -> tuple:
+def queue_order(pod: JsonObject) -> tuple[int, str, str]:
     """kube-scheduler's queue order: higher `spec.priority` first, then the older pod (name
     breaks ties). No preemption here: a pod that fits nowhere waits (docs/allocator.md)."""
     return (-pod_priority(pod), pod["metadata"].get("creationTimestamp") or "", name_of(pod))
@@ -64,10 +65,10 @@ def failed_try(last: LastTry | None, generation: int, now: float, initial: float
     return LastTry(generation, now, failures, backoff_seconds(failures, initial, maximum))
 
 
-def concerns(old: dict, new: dict) -> bool:
+def concerns(old: JsonObject, new: JsonObject) -> bool:
     """An update of a pending pod that may change its decision: its spec or annotations (not
     its status, which the allocator's own reports write, nor its resourceVersion)."""
-    def annotations(p: dict):
+    def annotations(p: JsonObject) -> object:
         return (p.get("metadata") or {}).get("annotations")
     return old.get("spec") != new.get("spec") or annotations(old) != annotations(new)
 
@@ -79,7 +80,7 @@ class PendingQueue:
         """`scheduler_name`: the pods it takes (None: any). `backoff`: (initial, maximum)
         seconds of a pod that did not fit; (0, 0): retried on every change."""
         self.scheduler_name, self.backoff, self.clock = scheduler_name, backoff, clock
-        self._pods: dict[str, dict] = {}  # uid -> the pod as last seen, unbound
+        self._pods: dict[str, JsonObject] = {}  # uid -> the pod as last seen, unbound
         self._tries: dict[str, LastTry] = {}  # pods that did not fit, or whose write failed
 
     def __contains__(self, uid: str) -> bool:
@@ -88,13 +89,13 @@ class PendingQueue:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def get(self, uid: str) -> dict | None:
+    def get(self, uid: str) -> JsonObject | None:
         return self._pods.get(uid)
 
-    def pods(self) -> list[dict]:
+    def pods(self) -> list[JsonObject]:
         return list(self._pods.values())
 
-    def upsert(self, pod: dict) -> None:
+    def upsert(self, pod: JsonObject) -> None:
         """An unbound pod as the watch shows it: waits here if it is ours and not leaving."""
         uid, meta = uid_of(pod), pod["metadata"]
         theirs = self.scheduler_name is not None and \
@@ -107,18 +108,18 @@ class PendingQueue:
             self._tries.pop(uid, None)  # what it asks for may have changed: try it now
         self._pods[uid] = pod
 
-    def remove(self, uid: str) -> dict | None:
+    def remove(self, uid: str) -> JsonObject | None:
         """Out of the queue: bound, gone, or taken for a binding."""
         self._tries.pop(uid, None)
         return self._pods.pop(uid, None)
 
-    def relist(self, pods: list[dict]) -> None:
+    def relist(self, pods: list[JsonObject]) -> None:
         self._pods.clear()
         self._tries.clear()
         for pod in pods:
             self.upsert(pod)
 
-    def due(self, generation: int) -> Iterator[dict]:
+    def due(self, generation: int) -> Iterator[JsonObject]:
         """The pods to try now, in queue order. A pod removed while the caller works through
         them is skipped."""
         now = self.clock()
@@ -134,7 +135,7 @@ class PendingQueue:
         """A try placed nothing at `generation`: its backoff grows."""
         self._tries[uid] = failed_try(self._tries.get(uid), generation, self.clock(), *self.backoff)
 
-    def write_failed(self, pod: dict) -> None:
+    def write_failed(self, pod: JsonObject) -> None:
         """Its binding was refused: it waits again, tried after ERROR_RETRY."""
         self._pods[uid_of(pod)] = pod
         self._tries[uid_of(pod)] = LastTry(None, self.clock())

@@ -45,7 +45,7 @@ INVALID_REQUEST = "InvalidRequest"
 NAMED_AT_MOST = 3  # nodes named after a reason; the rest are counted
 
 
-def summary(total_nodes: int, rejected: Counter, named: dict[str, list[str]] | None = None) -> str:
+def summary(total_nodes: int, rejected: Counter[str], named: dict[str, list[str]] | None = None) -> str:
     """`0/3 nodes are available: 2 CardInsufficientMemory, 1 node(s) were unschedulable.`
 
     Most frequent reason first, then alphabetical, so the message is stable. `named`: for a

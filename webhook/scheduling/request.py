@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
+from ..json_types import JsonObject
 from ..pods import InvalidRequest, Kind, PodRequest, is_mthreads_pod, read_request, resource_names
 from . import reasons
 from .card_fit import CardNeed, card_ids, need_of
@@ -25,7 +26,7 @@ class PodAsk:
     device_requests: Devices = NO_DEVICES  # its requests of the three resources, against allocatable
 
 
-def request_of(pod: dict, config: Config, fleet: Fleet | None = None) -> PodAsk:
+def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> PodAsk:
     mt = config.mthreads
     if not mt.enabled or not is_mthreads_pod(pod, resource_names(mt)):
         return PodAsk(None, None)

@@ -4,11 +4,15 @@ can still take, as kube-scheduler and the kubelet count them."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from typing import TypeAlias
 
-_SUFFIX = {
+from ..json_types import JsonObject
+
+_SUFFIX: dict[str, int | Decimal] = {
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": Decimal("0.001"),
 }
@@ -30,7 +34,7 @@ class Resources:
                          self.pods - other.pods)
 
 
-def quantity(raw) -> Decimal | None:
+def quantity(raw: object) -> Decimal | None:
     """A Kubernetes quantity ("100m", "1.5", "2Gi", "1e3") as a number; None if unreadable."""
     if isinstance(raw, bool):
         return None
@@ -56,12 +60,12 @@ def _ceil(d: Decimal) -> int:
     return int(-((-d) // 1))
 
 
-def cpu_milli(raw) -> int:
+def cpu_milli(raw: object) -> int:
     q = quantity(raw)
     return _ceil(q * 1000) if q is not None and q > 0 else 0
 
 
-def whole_units(raw) -> int:
+def whole_units(raw: object) -> int:
     """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
     q = quantity(raw)
     return _ceil(q) if q is not None and q > 0 else 0
@@ -70,7 +74,7 @@ def whole_units(raw) -> int:
 memory_bytes = whole_units
 
 
-def _container_requests(c: dict) -> Resources:
+def _container_requests(c: JsonObject) -> Resources:
     res = c.get("resources") if isinstance(c, dict) else None
     req = (res or {}).get("requests") or {}
     # kube-apiserver copies limits into missing requests; do the same for pods read before defaulting
@@ -79,7 +83,7 @@ def _container_requests(c: dict) -> Resources:
                      memory_bytes(req.get("memory", lim.get("memory"))))
 
 
-def pod_requests(pod: dict) -> Resources:
+def pod_requests(pod: JsonObject) -> Resources:
     """max(sum of app containers, max of init containers) + overhead, and one pod slot."""
     spec = pod.get("spec") or {}
     app = Resources()
@@ -94,7 +98,7 @@ def pod_requests(pod: dict) -> Resources:
                      memory + memory_bytes(overhead.get("memory")), 1)
 
 
-def node_allocatable(node: dict) -> Resources:
+def node_allocatable(node: JsonObject) -> Resources:
     status = node.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
     pods = quantity(alloc.get("pods"))
@@ -117,21 +121,21 @@ class Devices:
     def __sub__(self, other: "Devices") -> "Devices":
         return Devices(self.count - other.count, self.memory - other.memory, self.cores - other.cores)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter((self.count, self.memory, self.cores))
 
 
 NO_DEVICES = Devices()
 
 
-def _container_devices(c: dict, names: tuple[str, str, str]) -> tuple[int, ...]:
+def _container_devices(c: JsonObject, names: tuple[str, str, str]) -> tuple[int, ...]:
     res = c.get("resources") if isinstance(c, dict) else None
     req = (res or {}).get("requests") or {}
     lim = (res or {}).get("limits") or {}  # an extended resource's request defaults to its limit
     return tuple(whole_units(req.get(n, lim.get(n))) for n in names)
 
 
-def device_requests(pod: dict, names: tuple[str, str, str]) -> Devices:
+def device_requests(pod: JsonObject, names: tuple[str, str, str]) -> Devices:
     """The pod's requests of the three resources as the kubelet admits a pod: max(sum of app
     containers, max of init containers) + overhead, each resource on its own."""
     spec = pod.get("spec") or {}
@@ -146,10 +150,11 @@ def device_requests(pod: dict, names: tuple[str, str, str]) -> Devices:
     return Devices(*(a + whole_units(overhead.get(n)) for a, n in zip(app, names)))
 
 
-DeviceLimits = tuple  # (count, memory, cores): int, or None where allocatable does not list it
+# (count, memory, cores): int, or None where allocatable does not list it
+DeviceLimits: TypeAlias = tuple[int | None, ...]
 
 
-def device_allocatable(node: dict, names: tuple[str, str, str]) -> DeviceLimits:
+def device_allocatable(node: JsonObject, names: tuple[str, str, str]) -> DeviceLimits:
     """What the kubelet admits of each resource: the node's allocatable (capacity when the
     node reports no allocatable at all). A resource allocatable does not list is None: the
     kubelet drops a request of an extended resource the node does not list, so it bounds
@@ -159,7 +164,7 @@ def device_allocatable(node: dict, names: tuple[str, str, str]) -> DeviceLimits:
     return tuple(None if n not in alloc else _whole_or_zero(alloc[n]) for n in names)
 
 
-def _whole_or_zero(raw) -> int:
+def _whole_or_zero(raw: object) -> int:
     """An allocatable amount, rounded down (the kubelet compares whole units); 0 if unreadable."""
     q = quantity(raw)
     return int(q // 1) if q is not None and q > 0 else 0

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from .. import annotations as keys
 from ..config import POLICIES, Config
+from ..json_types import JsonObject
 from ..pods import Kind
 from .state import ClusterState, NodeInfo
 
 
-def policies(pod: dict, config: Config) -> tuple[str, str]:
+def policies(pod: JsonObject, config: Config) -> tuple[str, str]:
     """(node policy, card policy): the pod's annotations, else the config's defaults."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     node = ann.get(keys.NODE_POLICY)

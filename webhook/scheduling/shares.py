@@ -15,6 +15,7 @@ from typing import Iterable
 from .. import annotations as keys
 from ..hami import Device, EncodingError, decode
 from ..config import MthreadsConfig
+from ..json_types import JsonObject
 from ..pods import resource_names
 from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests
 
@@ -54,14 +55,14 @@ def card_shares(devices: Iterable[Device]) -> tuple[CardShare, ...]:
     return tuple(CardShare(card, memory, cores) for card, (memory, cores) in merged.items())
 
 
-def _meta(pod: dict) -> dict:
+def _meta(pod: JsonObject) -> JsonObject:
     return pod.get("metadata") or {}
 
 
 _DEFAULT_NAMES = resource_names(MthreadsConfig())
 
 
-def share_of(pod: dict, names: tuple[str, str, str] = _DEFAULT_NAMES,
+def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
              requests: tuple[Resources, Devices] | None = None) -> PodShare:
     """The share of a pod bound to a node (no allocation annotation: cpu/memory and the
     resource requests only). `names`: the three Mthreads resource names. `requests`: the
@@ -86,8 +87,8 @@ def share_of(pod: dict, names: tuple[str, str, str] = _DEFAULT_NAMES,
         return _garbled(uid, node, resources, requested, ann, str(text), str(e))
 
 
-def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: dict, text: str,
-             why: str) -> PodShare:
+def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: JsonObject,
+             text: str, why: str) -> PodShare:
     named = set(_CARD_ID.findall(text))
     index = ann.get(keys.GPU_INDEX)
     if isinstance(index, str):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import heapq
 import logging
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterable, Iterator, cast
 
 from sortedcontainers import SortedList
 
 from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
+from ..json_types import JsonObject
 from ..pods import resource_names
 from .inventory import NodeCards, node_cards
 from .resources import NO_DEVICES, DeviceLimits, Devices, Resources, device_allocatable, \
@@ -56,7 +57,7 @@ class NodeRoom:
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
-    obj: dict  # the Node as the API server returned it
+    obj: JsonObject  # the Node as the API server returned it
     cards: NodeCards
     allocatable: Resources
     device_limits: DeviceLimits = (None, None, None)  # allocatable count, memory, cores
@@ -85,7 +86,8 @@ class ClusterState:
         # (policy, MiB's bit_length, cores) of a request -> the lists of buckets that may hold it
         self._qualifying: dict[tuple[str, int, int], list[SortedList]] = {}
 
-    def _keys(self, name: str, room: NodeRoom, policies=None):
+    def _keys(self, name: str, room: NodeRoom, policies: Iterable[str] | None = None
+              ) -> Iterator[tuple[SortedList, tuple[float, str]]]:
         for bucket in {(mib.bit_length(), cores) for mib, cores in room.free}:
             for policy in policies or self._orders:
                 used = -room.used if policy == "binpack" else room.used
@@ -135,7 +137,7 @@ class ClusterState:
                 yield name
 
     # nodes
-    def set_node(self, node: dict) -> None:
+    def set_node(self, node: JsonObject) -> None:
         name = node["metadata"]["name"]
         old = self.nodes.get(name)
         info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node),
@@ -156,7 +158,7 @@ class ClusterState:
             self._reindex(name)
             self.generation += 1
 
-    def replace_nodes(self, nodes: list[dict]) -> None:
+    def replace_nodes(self, nodes: list[JsonObject]) -> None:
         self.nodes.clear()
         self.room.clear()
         for buckets in self._orders.values():
@@ -165,14 +167,14 @@ class ClusterState:
         for n in nodes:
             self.set_node(n)
 
-    def node_event(self, event: str, obj) -> None:
+    def node_event(self, event: str, obj: JsonObject | list[JsonObject]) -> None:
         """Apply an informer's node event: RESET (a full list), DELETED, or an add/update."""
         if event == "RESET":
-            self.replace_nodes(obj)
+            self.replace_nodes(cast("list[JsonObject]", obj))
         elif event == "DELETED":
-            self.remove_node(obj["metadata"]["name"])
+            self.remove_node(cast(JsonObject, obj)["metadata"]["name"])
         else:
-            self.set_node(obj)
+            self.set_node(cast(JsonObject, obj))
 
     # shares
     def add(self, share: PodShare) -> None:
@@ -245,7 +247,7 @@ def shareable(memory_mib: int, u: CardUsage) -> bool:
     return not u.whole and not (u.memory_mib >= memory_mib and u.cores >= CORES_PER_CARD)
 
 
-def node_room(cards: NodeCards, usage) -> NodeRoom:
+def node_room(cards: NodeCards, usage: Callable[[str], CardUsage]) -> NodeRoom:
     used, idle, free = 0.0, 0, []
     for c in cards.cards:
         u = usage(c.id)
@@ -275,7 +277,7 @@ def _devices_text(info: NodeInfo, names: tuple[str, str, str]) -> str:
     return f"{offer}, allocatable {' '.join(listed) or 'none listed'}"
 
 
-def _fingerprint(node: dict) -> tuple:
+def _fingerprint(node: JsonObject) -> tuple[object, ...]:
     """What of a node a decision reads."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     ready = [c.get("status") for c in status.get("conditions") or () if c.get("type") == "Ready"]
