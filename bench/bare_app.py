@@ -1,7 +1,7 @@
 """The ceiling of the stack: a bare Flask app under the webhook's own gunicorn settings.
 
 It parses the AdmissionReview with json.loads and allows it, nothing else: no
-rules, no patch, no metrics. It is served by `webhook.serve.WebhookServer`
+rules, no patch, no metrics. It is served by `webhook.server.run.WebhookServer`
 itself (same worker class, workers, threads, keep-alive, timeouts, TLS with the
 same one-context hook), only `load()` returns this app instead of the webhook.
 
@@ -16,8 +16,8 @@ import json
 from flask import Flask, Response, request
 
 from webhook.config import Config
-from webhook.serve import ServeOptions, WebhookServer
-from webhook.tls import ServingCertificate
+from webhook.server.run import ServeOptions, WebhookServer
+from webhook.server.tls import ServingCertificate
 
 
 def create_bare_app() -> Flask:

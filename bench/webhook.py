@@ -3,7 +3,7 @@
 Two servers run at once, both pinned to one core (`taskset`): the project's
 webhook (`mthreads-webhook serve`, default settings) and bench/bare_app.py, a
 Flask app that only parses the review and allows it, under the very same
-gunicorn settings (webhook.serve.WebhookServer with another app). wrk, pinned
+gunicorn settings (webhook.server.run.WebhookServer with another app). wrk, pinned
 to another core with one thread, POSTs a Deployment's pod (bench/pods.py) over
 HTTPS with keep-alive, as the API server does.
 
@@ -270,9 +270,9 @@ def _cpu_model() -> str:
 
 
 def _server_settings() -> str:
-    """The gunicorn settings webhook.serve applies by default (both servers run with them)."""
+    """The gunicorn settings webhook.server.run applies by default (both servers run with them)."""
     from webhook.config import Config
-    from webhook.serve import ServeOptions, WebhookServer
+    from webhook.server.run import ServeOptions, WebhookServer
     cfg = WebhookServer(Config(), ServeOptions(), certificate=None).cfg
     return (f"gunicorn {cfg.worker_class_str}, {cfg.workers} worker × {cfg.threads} threads, "
             f"keep-alive {cfg.keepalive} s, timeout {cfg.timeout} s")
@@ -460,7 +460,7 @@ def run(args) -> Section:
                     f"{steal_pct(args.webhook_client_cpu)}"),
         ("software", f"Python {platform.python_version()}, {_versions()}, "
                      f"{ssl.OPENSSL_VERSION}, wrk {wrk_version(wrk)}"),
-        ("servers", f"{settings}, TLS through webhook.serve's one-context hook (negotiated "
+        ("servers", f"{settings}, TLS through webhook.server.run's one-context hook (negotiated "
                     f"{tls}); the webhook as `mthreads-webhook serve` with the default config "
                     f"and no access log; the bare app (bench/bare_app.py) through the same "
                     f"`WebhookServer` settings; both up for the whole run"),

@@ -87,8 +87,8 @@ def _cluster(args, probe: bool = True) -> str | None:
 
 
 def _serve(args) -> int:
-    from .serve import ServeOptions, serve
-    from .tls import ServingCertificate
+    from .server.run import ServeOptions, serve
+    from .server.tls import ServingCertificate
     config = load_config(args.config)
     for name in ("workers", "threads", "keepalive"):
         if getattr(args, name) < 1:
@@ -102,7 +102,7 @@ def _serve(args) -> int:
 
 
 def _certs(args) -> int:
-    from .certs import write_certs
+    from .server.certs import write_certs
     try:
         paths = write_certs(args.out, args.service, args.namespace, new_ca=args.new_ca,
                             days=args.days)

@@ -34,7 +34,7 @@ def report(message: str, exit_code: int) -> int:
 def run_command(command, args) -> int:
     """Run `command(args)`; the project's start-up errors end it with their one line."""
     from .config import ConfigError
-    from .tls import CertificateError
+    from .server.tls import CertificateError
     try:
         return command(args)
     except StartupError as e:

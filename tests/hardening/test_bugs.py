@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonpatch
 import pytest
 
-from webhook.app import create_app
+from webhook.server.app import create_app
 from webhook.config import Config, MthreadsConfig
 
 from tests.builders import container as c, pod, review
@@ -73,7 +73,7 @@ def test_deeply_nested_json_gets_a_4xx_not_a_500(client, path, where):
 CHILD = textwrap.dedent("""
     import json, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
-    from webhook.app import create_app
+    from webhook.server.app import create_app
     from webhook.config import Config
     from tests.builders import container as c, pod, review
     client = create_app(Config()).test_client()

@@ -23,7 +23,7 @@ import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from webhook.certs import _pem_cert, _pem_key, make_ca, make_serving, service_names
+from webhook.server.certs import _pem_cert, _pem_key, make_ca, make_serving, service_names
 
 from tests.builders import container as c, pod, review
 from tests.harness.wait import time_until

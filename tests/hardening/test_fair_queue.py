@@ -1,4 +1,4 @@
-"""Which waiting request a free thread takes (webhook/slow_clients.py FairQueue): the peer
+"""Which waiting request a free thread takes (webhook/server/slow_clients.py FairQueue): the peer
 running the fewest first, round-robin among equals, the last free thread kept for a peer
 running nothing while another peer is about, all of them for a lone peer (issue 32, item 6)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook import slow_clients
-from webhook.slow_clients import PRESENT_FOR, FairQueue, PrefetchingThreadWorker
+from webhook.server import slow_clients
+from webhook.server.slow_clients import PRESENT_FOR, FairQueue, PrefetchingThreadWorker
 
 THREADS = 4
 

@@ -5,7 +5,7 @@ Before: 16 connections from one address sending 2.5 MB reviews (20,000 slice con
 about 0.2 s of work each) back to back made another client's calls take a median 2.7 s, and
 32 of them a median 6.7 s and up to 16 s: past the chart's 5 s `timeoutSeconds`, where the
 `Fail` entries refuse every pod of the cluster and the `Ignore` ones admit unchecked. Now the
-worker hands its threads out fairly per peer address (webhook/slow_clients.py, FairQueue)
+worker hands its threads out fairly per peer address (webhook/server/slow_clients.py, FairQueue)
 and its event loop reads one peer's bytes in small shares. The goal: every call of the other
 peer answered within 1 s, on a new connection, its TLS handshake included.
 """

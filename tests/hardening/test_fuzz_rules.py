@@ -16,10 +16,10 @@ from hypothesis import assume, event, given
 from webhook import annotations as keys
 from webhook import hami
 from webhook.admission.mutate import patch_for
-from webhook.admission.user_annotations import RULE as USER_RULE, USER_KEYS
-from webhook.admission.validate import (OPT_OUT_LABEL, OPT_OUT_RULE, OPT_OUT_VALUE, SET_AT_CREATE,
+from webhook.admission.user_annotations import USER_KEYS
+from webhook.admission.validate import (OPT_OUT_LABEL, OPT_OUT_VALUE, SET_AT_CREATE,
                                         check_create, check_update)
-from webhook.pods import InvalidRequest, Kind, read_request
+from webhook.pods import InvalidRequest, Kind, Rule, read_request
 
 from tests.hardening.conftest import count_case, profile
 from tests.hardening.strategies import (any_pod, enabled_rules, mutate_pods, rules, too_many_cards,
@@ -108,7 +108,7 @@ def test_check_update_denies_exactly_a_foreign_allocation_change(update, rules, 
         check_update(old, new, rules, user)
     except InvalidRequest as e:
         _denial_is_well_formed(e)
-        if e.rule in (OPT_OUT_RULE, USER_RULE):
+        if e.rule in (Rule.OPT_OUT, Rule.POLICY_ANNOTATIONS):
             assert foreign and not expect_10 and (steering or _opts_out(old, new)), e.message
             event(f"update denied rule {e.rule}")
             return

@@ -8,7 +8,7 @@ import jsonpatch
 import pytest
 
 from tests.builders import binding, binding_review, container as c, pod, review, status_review
-from webhook.app import MAX_BODY, create_app
+from webhook.server.app import MAX_BODY, create_app
 from webhook.config import Config
 
 
@@ -178,7 +178,7 @@ def test_json_content_type_with_parameters_or_case_is_accepted(client, content_t
 
 
 def test_internal_error_is_an_admission_denial_with_500(client, monkeypatch):
-    import webhook.app as app_module
+    import webhook.server.app as app_module
 
     def broken(*a, **k):
         raise RuntimeError("boom")

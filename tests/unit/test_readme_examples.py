@@ -4,7 +4,7 @@ import base64
 import json
 from pathlib import Path
 
-from webhook.app import create_app
+from webhook.server.app import create_app
 from webhook.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]

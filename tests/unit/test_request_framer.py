@@ -1,9 +1,9 @@
-"""Where a request ends in the bytes read so far (webhook/slow_clients.py RequestFramer), for a
+"""Where a request ends in the bytes read so far (webhook/server/slow_clients.py RequestFramer), for a
 chunked body that arrives in pieces."""
 
 import pytest
 
-from webhook.slow_clients import MAX_BODY, RequestFramer, TooLarge
+from webhook.server.slow_clients import MAX_BODY, RequestFramer, TooLarge
 
 HEAD = b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
 

@@ -12,11 +12,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.wsgi import get_content_length
 
-from .admission import review as rv
-from .admission.decide import decide
-from .admission.validate import Rules
-from .config import Config
-from .metrics import WebhookMetrics
+from ..admission import review as rv
+from ..admission.decide import decide
+from ..admission.validate import Rules
+from ..config import Config
+from .review_metrics import WebhookMetrics
 
 MAX_BODY = rv.MAX_BODY
 

@@ -51,7 +51,7 @@ from gunicorn.http import get_parser
 from gunicorn.http.errors import NoMoreData
 from gunicorn.workers import gthread
 
-from .admission.review import MAX_BODY
+from ..admission.review import MAX_BODY
 
 READ_BUDGET = 3.0  # seconds to receive a handshake and a request: well inside the API server's 5
 MAX_PER_PEER = 500  # connections from one address: half of all, room for an API server's burst

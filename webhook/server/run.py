@@ -5,7 +5,7 @@ gthread keeps the API server's connections alive; keep-alive outlasts the 90 s
 idle timeout of the API server's Go client, so the server never closes a
 connection just as a POST goes out on it (Go does not retry a POST, and the
 API server would see EOF). Slow clients cost a descriptor, not a thread: the worker reads
-the handshake and the request in its event loop (webhook/slow_clients.py).
+the handshake and the request in its event loop (webhook/server/slow_clients.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gunicorn.app.base import BaseApplication
 
 from . import slow_clients
-from .config import Config
+from ..config import Config
 from .tls import ServingCertificate
 
 
