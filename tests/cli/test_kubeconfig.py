@@ -1,8 +1,8 @@
-"""Where the cluster commands look for a cluster, in order (webhook/kubeconfig.py)."""
+"""Where the cluster commands look for a cluster, in order (webhook/cli/kubeconfig.py)."""
 
 import pytest
 
-from webhook.kubeconfig import find_cluster
+from webhook.cli.kubeconfig import find_cluster
 from webhook.startup import StartupError
 
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}

@@ -89,7 +89,7 @@ def test_ephemeral_containers_are_reviewed_and_1_20_refuses_their_privilege_itse
     """On 1.20 the API server's own validation refuses any securityContext on an ephemeral
     container (422, before the validating webhooks), so the webhook's rule 8 for them is
     reached from 1.23 on: it is tested at the HTTP level (tests/server/test_serve.py and
-    tests/unit/test_guards.py, both shapes). Here: the subresource is registered and
+    tests/admission/test_guards.py, both shapes). Here: the subresource is registered and
     reviewed, and a plain debug container of an Mthreads pod stays allowed."""
     assert alice.create(ns, a_pod("gpu-debugged")).status_code == 201
     resp = _add_ephemeral(alice, ns, "gpu-debugged", debug("debug", privileged=True))

@@ -1,10 +1,9 @@
-"""Usage rebuilt from bound pods, idempotent by uid; events without spam; the Lease rules."""
+"""The cluster state (webhook/scheduling/state.py): usage rebuilt from bound pods, idempotent
+by uid, indexed for the node policies."""
 
 import pytest
 
 from webhook import annotations as keys
-from webhook.kube.events import EventBook
-from webhook.kube.leader import LeaderElector
 from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
 from webhook.config import MthreadsConfig
@@ -129,92 +128,3 @@ def test_generation_moves_only_when_room_may_appear():
     assert state.generation == g
     state.remove(share.uid)
     assert state.generation > g
-
-
-def test_event_book_aggregates():
-    book = EventBook(refresh=10)
-    assert book.note("u", "m1", 0) == "create"
-    book.written("u", "ev1", 0)
-    assert [book.note("u", "m1", t) for t in (1, 2, 3)] == [None, None, None]
-    assert book.note("u", "m1", 11) == "patch" and book.by_pod["u"].count == 5
-    book.written("u", None, 11)
-    assert book.note("u", "m1", 12) is None
-    assert book.note("u", "m2", 13) == "create"  # another message: a new event
-
-
-class FakeLeaseApi:
-    """An API server holding one Lease, with resourceVersion conflicts."""
-
-    def __init__(self):
-        self.lease = None
-        self.rv = 0
-        self.down = False
-
-    def call(self, method, path, query=None, body=None, **kw):
-        from webhook.kube.api import ApiError, Reply
-        if self.down:
-            raise ApiError("unreachable")
-        if method == "GET":
-            return Reply(200, _copy(self.lease)) if self.lease else Reply(404, None)
-        if method == "POST":
-            if self.lease:
-                return Reply(409, None)
-            return self._store(body)
-        if method == "PUT":
-            if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
-                return Reply(409, None)
-            return self._store(body)
-
-    def _store(self, body):
-        from webhook.kube.api import Reply
-        self.rv += 1
-        body = _copy(body)
-        body["metadata"]["resourceVersion"] = str(self.rv)
-        self.lease = body
-        return Reply(200, _copy(body))
-
-
-def _copy(d):
-    import json
-    return json.loads(json.dumps(d))
-
-
-class Clock:
-    t = 100.0
-
-    def __call__(self):
-        return self.t
-
-
-def test_lease_rules():
-    api, clock = FakeLeaseApi(), Clock()
-    a = LeaderElector(api, "ns", "a", clock=clock)
-    b = LeaderElector(api, "ns", "b", clock=clock)
-    assert a.try_acquire_or_renew() and a.holds()
-    assert not b.try_acquire_or_renew()  # first sight of the record starts b's wait
-    clock.t += 14
-    assert a.try_acquire_or_renew()  # renewed: b's wait starts again
-    assert not b.try_acquire_or_renew()
-    api.down = True  # a cannot renew
-    clock.t += 9.9
-    assert a.holds()
-    clock.t += 0.2
-    assert not a.holds()  # renew deadline (10 s) passed: a stops deciding...
-    api.down = False
-    clock.t += 4
-    assert not b.try_acquire_or_renew()  # ...before b may take over (15 s after it saw a renew)
-    clock.t += 1.1
-    assert b.try_acquire_or_renew() and b.holds()
-    assert not a.try_acquire_or_renew() and not a.holds()
-    assert api.lease["spec"]["leaseTransitions"] == 1
-
-
-def test_release_hands_over_at_once():
-    api, clock = FakeLeaseApi(), Clock()
-    a = LeaderElector(api, "ns", "a", clock=clock)
-    b = LeaderElector(api, "ns", "b", clock=clock)
-    a.try_acquire_or_renew()
-    assert not b.try_acquire_or_renew()
-    a.release()
-    assert not a.holds() and api.lease["spec"]["holderIdentity"] == ""
-    assert b.try_acquire_or_renew()

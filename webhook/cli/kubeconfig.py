@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .startup import StartupError
+from ..startup import StartupError
 
 IN_CLUSTER_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

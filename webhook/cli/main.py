@@ -6,10 +6,10 @@ import argparse
 import logging
 import sys
 
-from .bind_address import check_bind, check_loopback
-from .config import load_config
-from .observe import cards_command
-from .startup import USAGE, StartupError, run_command
+from ..bind_address import check_bind, check_loopback
+from ..config import load_config
+from ..observe import cards_command
+from ..startup import FAILED, USAGE, StartupError
 
 
 def _positive(text: str) -> int:
@@ -87,8 +87,8 @@ def _cluster(args, probe: bool = True) -> str | None:
 
 
 def _serve(args) -> int:
-    from .server.run import ServeOptions, serve
-    from .server.tls import ServingCertificate
+    from ..server.run import ServeOptions, serve
+    from ..server.tls import ServingCertificate
     config = load_config(args.config)
     for name in ("workers", "threads", "keepalive"):
         if getattr(args, name) < 1:
@@ -102,7 +102,7 @@ def _serve(args) -> int:
 
 
 def _certs(args) -> int:
-    from .server.certs import write_certs
+    from ..server.certs import write_certs
     try:
         paths = write_certs(args.out, args.service, args.namespace, new_ca=args.new_ca,
                             days=args.days)
@@ -115,14 +115,14 @@ def _certs(args) -> int:
 
 
 def _allocate(args) -> int:
-    from .allocator.main import run
+    from ..allocator.main import run
     config = load_config(args.config)
     check_bind("--metrics-bind", args.metrics_bind)
     return run(config, _cluster(args), args.namespace, args.metrics_bind, args.bind_threads)
 
 
 def _extender(args) -> int:
-    from .extender.main import run
+    from ..extender.main import run
     config = load_config(args.config)
     check_bind("--bind", args.bind)
     check_loopback("--bind", args.bind)
@@ -140,5 +140,26 @@ def _cards(args) -> int:
 _COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate, "extender": _extender,
              "cards": _cards}
 
-if __name__ == "__main__":
-    sys.exit(main())
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def report(message: str, exit_code: int) -> int:
+    print(f"mthreads-webhook: {one_line(message)}", file=sys.stderr)
+    return exit_code
+
+
+def run_command(command, args) -> int:
+    """Run `command(args)`; the project's start-up errors end it with their one line."""
+    from ..config import ConfigError
+    from ..server.tls import CertificateError
+    try:
+        return command(args)
+    except StartupError as e:
+        return report(str(e), e.exit_code)
+    except ConfigError as e:
+        return report(f"config: {e}", USAGE)
+    except CertificateError as e:
+        return report(str(e), FAILED)

@@ -7,7 +7,7 @@ from pathlib import Path
 from webhook.server.app import create_app
 from webhook.config import Config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "manifests" / "examples" / "admission"
 
 
