@@ -12,7 +12,7 @@ from webhook.scheduling.inventory import node_cards
 from webhook.scheduling.state import NodeInfo
 from webhook.scheduling.resources import node_allocatable
 from webhook.config import MthreadsConfig
-from webhook.observe.fleet import card_views
+from webhook.observe.card_views import card_views
 from webhook.scheduling.bound import BoundPods, bound_pod
 from webhook.observe.hami_metrics import HamiCollector
 

@@ -2,7 +2,7 @@
 
 One line per card (node, card id, model, memory and cores used of total, its pods), then the
 pending Mthreads pods with their FailedScheduling reason. Read with the allocator's own
-decoding (inventory.node_cards, fleet.bound_pod), so the figures are the allocator's.
+decoding (inventory.node_cards, bound.bound_pod), so the figures are the allocator's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
 from ..pods import is_mthreads_pod, resource_names
 from ..scheduling.bound import bound_pod
-from .fleet import CardView, card_views
+from .card_views import CardView, card_views
 
 WIDTH = 80
 NO_REASON = "not decided yet (is the allocator running?)"

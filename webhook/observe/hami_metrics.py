@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from ..cards import CORES_PER_CARD, VENDOR
 from ..scheduling.bound import UNREADABLE, BoundPod
-from .fleet import CardView, card_views
+from .card_views import CardView, card_views
 
 ZONE = "vGPU"
 MIB = 1024 * 1024

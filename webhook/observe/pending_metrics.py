@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from ..scheduling import reasons
 from ..scheduling.pod_status import scheduled_condition
-from .fleet import copy_of
+from .card_views import copy_of
 
 WAITING = "NotTriedYet"  # no decision recorded on the pod yet
 NO_NODES = "NoNodes"

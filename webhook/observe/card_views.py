@@ -1,7 +1,7 @@
 """The cards of a cluster and what each bound pod holds on them, as plain data.
 
 Both HAMi's metrics (hami_metrics.py) and the `cards` command read this view. It is made from
-the nodes' cards (allocator/inventory.py reads them from status.capacity) and the bound pods'
+the nodes' cards (scheduling/inventory.py reads them from status.capacity) and the bound pods'
 allocation annotations (decoded by webhook/hami.py), the same data the allocator's cluster
 state is built from, so the figures agree with what the allocator decides on.
 """
