@@ -23,7 +23,8 @@ run: install certs
 	$(BIN)/mthreads-webhook serve --bind $(BIND) --cert-file certs/tls.crt --key-file certs/tls.key \
 		$(if $(CONFIG),--config $(CONFIG))
 
-# kube-apiserver, kube-scheduler and etcd for the cluster tests (built once, cached).
+# kube-apiserver, kube-scheduler and etcd for the cluster tests, and the node's kubelet,
+# kube-controller-manager and kube-proxy (built once, cached).
 kube-assets:
 	hack/kube-assets.sh
 
@@ -39,8 +40,10 @@ manifests: tools
 chart-lint: tools
 	"$$(PYTHON=$(BIN)/python hack/tools.sh | tail -n1)/helm" lint --strict manifests/hami
 
+# hack/node-assets.sh runs hack/kube-assets.sh and adds what tests/node's real node needs
+# (containerd, runc, CNI plugins, iptables; the pause and kube-scheduler images): docs/node-tests.md.
 test: install tools
-	hack/kube-assets.sh >/dev/null
+	hack/node-assets.sh >/dev/null
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The pure tests only: no API server and no process of any kind (see the markers in pyproject.toml).

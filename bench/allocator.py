@@ -23,11 +23,11 @@ import time
 import tracemalloc
 import uuid
 
-from webhook.scheduling.decide import Placement, place
-from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import Config, MthreadsConfig
+from webhook.scheduling.decide import Placement, place
 from webhook.scheduling.request import request_of
+from webhook.scheduling.state import ClusterState
 
 from . import workload
 from .report import Goal, Section, Table

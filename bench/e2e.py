@@ -107,6 +107,7 @@ def _parallel(fn, items, threads: int = THREADS) -> list:
 
 def make_nodes(admin, count: int) -> list[str]:
     import kubernetes.client as k
+
     from tests.harness.kube import make_fake_node
     core = k.CoreV1Api(admin)
 

@@ -47,6 +47,7 @@ def estimate(args) -> float:
 
 def _one_round(admin, fleet_tag: str, pods: int) -> dict:
     import kubernetes.client as k
+
     from tests.builders import sched_pod, slice_
     from tests.harness.kube import ensure_namespace, list_pods, make_fake_node
     from tests.harness.wait import wait_for

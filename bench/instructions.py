@@ -39,8 +39,18 @@ from pathlib import Path
 
 from . import debian, pods
 from .report import Goal, Section, Table
-from .webhook import (BARE, BARE_AGAIN, RPS_GOAL, WEBHOOK_CELLS, Server, _git_commit, _label,
-                      _server_settings, _versions, check_answers)
+from .webhook import (
+    BARE,
+    BARE_AGAIN,
+    RPS_GOAL,
+    WEBHOOK_CELLS,
+    Server,
+    _git_commit,
+    _label,
+    _server_settings,
+    _versions,
+    check_answers,
+)
 
 TITLE = "Webhook instructions per request (callgrind)"
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,8 +21,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.harness.allocator import (ALLOCATOR_USER, AllocatorProcess,  # noqa: E402
-                                     grant_allocator_rbac)
+from tests.harness.allocator import ALLOCATOR_USER, AllocatorProcess, grant_allocator_rbac  # noqa: E402
 from tests.harness.kube import ADMIN, LocalCluster, ensure_namespace, make_fake_node  # noqa: E402
 from tests.harness.kubectl import kubectl  # noqa: E402
 from tests.harness.registration import REPO_ROOT, webhook_configurations  # noqa: E402

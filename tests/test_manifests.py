@@ -400,7 +400,7 @@ def test_seed_example_is_the_documented_pod():
 def test_invalid_examples_say_why(name):
     path = EXAMPLES / "invalid" / name
     load_pod(path)
-    comments = " ".join(l for l in path.read_text().splitlines() if l.startswith("#"))
+    comments = " ".join(line for line in path.read_text().splitlines() if line.startswith("#"))
     assert "DENIED" in comments and INVALID[name] in comments
 
 

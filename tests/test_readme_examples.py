@@ -4,8 +4,8 @@ import base64
 import json
 from pathlib import Path
 
-from webhook.server.app import create_app
 from webhook.config import Config
+from webhook.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "manifests" / "examples" / "admission"

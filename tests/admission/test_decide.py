@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.builders import (ALLOCATED, binding, binding_review, container as c, pod, review,
-                            status_review)
+from tests.builders import ALLOCATED, binding, binding_review, pod, review, status_review
+from tests.builders import container as c
 from webhook.admission import review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules

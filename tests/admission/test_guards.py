@@ -10,8 +10,10 @@ import json
 
 import pytest
 
-from tests.builders import ALLOCATED, container as c, ephemeral_update, pod, review
-from webhook.admission import privilege, review as rv
+from tests.builders import ALLOCATED, ephemeral_update, pod, review
+from tests.builders import container as c
+from webhook.admission import privilege
+from webhook.admission import review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules, check_create, check_update
 from webhook.config import Config

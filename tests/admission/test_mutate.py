@@ -3,7 +3,8 @@
 import jsonpatch
 import pytest
 
-from tests.builders import COUNT, CORE, MEMORY, container as c, pod
+from tests.builders import CORE, COUNT, MEMORY, pod
+from tests.builders import container as c
 from webhook.admission.mutate import escape, patch_for
 from webhook.admission.validate import Rules, check_create
 from webhook.config import Config, MthreadsConfig

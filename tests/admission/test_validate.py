@@ -2,7 +2,8 @@
 
 import pytest
 
-from tests.builders import COUNT, CORE, MEMORY, binding, container as c, pod
+from tests.builders import CORE, COUNT, MEMORY, binding, pod
+from tests.builders import container as c
 from webhook.admission.validate import Rules, check_binding, check_create, check_update
 from webhook.annotations import ALLOCATION_KEYS
 from webhook.config import AllocatorConfig, Config, MthreadsConfig, parse_config

@@ -11,10 +11,18 @@ import kubernetes.client as k
 import pytest
 
 from tests.allocator.test_cluster import create
-from tests.builders import sched_pod as pod, slice_, whole
+from tests.builders import sched_pod as pod
+from tests.builders import slice_, whole
 from tests.harness.invariants import S4000_MIB, check, check_allocatable
-from tests.harness.kube import (bound_pod, end_pod, list_pods, mthreads_resources, read_node, refused,
-                                set_node_resources)
+from tests.harness.kube import (
+    bound_pod,
+    end_pod,
+    list_pods,
+    mthreads_resources,
+    read_node,
+    refused,
+    set_node_resources,
+)
 from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster

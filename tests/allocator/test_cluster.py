@@ -10,7 +10,8 @@ import urllib.request
 import kubernetes.client as k
 import pytest
 
-from tests.builders import sched_pod as pod, slice_, whole
+from tests.builders import sched_pod as pod
+from tests.builders import slice_, whole
 from tests.harness.invariants import check as check_capacity
 from tests.harness.kube import bound_pod, list_pods, read_pod
 from tests.harness.wait import wait_for
@@ -111,9 +112,8 @@ def test_deleting_a_pod_frees_its_share(admin, fleet, namespace, start_allocator
 def test_a_refused_binding_gives_its_cards_back(admin, kube_cluster, fleet, namespace, tmp_path):
     """The share is assumed when the write is sent; a refused write must hand it back, or the
     pod (which needs the node's only card whole) would never fit again."""
-    from tests.harness.kube import ALICE
     from tests.harness.allocator import TEST_ROLE, AllocatorProcess
-    from tests.harness.kube import ensure_namespace
+    from tests.harness.kube import ALICE, ensure_namespace
     rbac = k.RbacAuthorizationV1Api(admin)
     role = rbac.read_cluster_role(TEST_ROLE)
     no_binding = [r for r in role.rules if "pods/binding" not in r.resources]

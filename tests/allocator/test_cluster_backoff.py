@@ -13,11 +13,13 @@ import kubernetes.client as k
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders import sched_pod as pod, slice_
+from tests.builders import sched_pod as pod
+from tests.builders import slice_
 from tests.harness.kube import bound_pod
 from tests.harness.wait import wait_for
 from webhook.scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, backoff_seconds
 from webhook.scheduling.reasons import AFFINITY
+
 from .test_cluster import create
 
 pytestmark = pytest.mark.cluster

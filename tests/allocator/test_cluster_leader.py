@@ -7,9 +7,11 @@ import time
 
 import pytest
 
-from tests.builders import sched_pod as pod, slice_
+from tests.builders import sched_pod as pod
+from tests.builders import slice_
 from tests.harness.kube import bound_pod
 from tests.harness.wait import wait_for
+
 from .test_cluster import create
 
 pytestmark = pytest.mark.cluster

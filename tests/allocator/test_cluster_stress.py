@@ -9,10 +9,12 @@ import time
 import kubernetes.client as k
 import pytest
 
-from tests.builders import sched_pod as pod, slice_, whole
+from tests.builders import sched_pod as pod
+from tests.builders import slice_, whole
 from tests.harness.invariants import check as check_capacity
 from tests.harness.kube import list_pods
 from tests.harness.wait import wait_for
+
 from .test_cluster import create
 
 pytestmark = pytest.mark.cluster

@@ -14,10 +14,10 @@ from tests.harness.fake_api import FakeApi
 from tests.harness.wait import wait_for
 from webhook import annotations as keys
 from webhook.allocator import loop
-from webhook.scheduling import queue as pending_queue
 from webhook.allocator.loop import Allocator
 from webhook.allocator.metrics import Metrics
 from webhook.config import parse_config
+from webhook.scheduling import queue as pending_queue
 from webhook.scheduling.cache import Phase
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})

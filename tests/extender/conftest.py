@@ -1,11 +1,10 @@
 import pytest
 
+from tests.extender.messages import handler_setup
 from tests.harness.allocator import ALLOCATOR_USER
+from tests.harness.extender import start_stack
 from tests.harness.kube import ADMIN
 from tests.harness.wait import wait_for
-
-from tests.harness.extender import start_stack
-from tests.extender.messages import handler_setup
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.builders import mt_node, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.extender.messages import args, bind_args, pending
 
 MEM = "mthreads.com/sgpu-memory"

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.builders import mt_node, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.extender.messages import CONFIG
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import cards_on, pick

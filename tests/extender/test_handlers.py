@@ -11,12 +11,14 @@ import threading
 
 import pytest
 
-from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.builders import mt_node, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, extender_client, pending
 from webhook.extender.cache import WAITING, Cache
-from webhook.scheduling.cache import Phase
-from webhook.extender.verbs import NOT_SYNCED
 from webhook.extender.decisions import NOT_IN_CACHE
+from webhook.extender.verbs import NOT_SYNCED
+from webhook.scheduling.cache import Phase
+
 
 def test_filter_96_units_only_on_s4000(setup):
     client, cache, api = setup

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.builders import mt_node, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.extender.messages import pending
 from tests.harness.invariants import ALLOCATED
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.builders import mt_node, sched_pod as pod, slice_
+from tests.builders import mt_node, slice_
+from tests.builders import sched_pod as pod
 from tests.extender.messages import args, pending
 from webhook.annotations import REQUEUES
 

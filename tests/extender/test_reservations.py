@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.builders import mt_node, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.extender.messages import add_busy_node, args, bind_args, pending
 from tests.harness.invariants import ALLOCATED, S4000_MIB, parse_allocated
-from webhook.extender.cache import RESERVE_FOR, IN_DOUBT
+from webhook.extender.cache import IN_DOUBT, RESERVE_FOR
 
 
 def filtered(client, p, names=("s4", "s5")):

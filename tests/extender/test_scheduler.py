@@ -12,11 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 import kubernetes.client as k
 import pytest
 
-from tests.builders import sched_pod as pod, slice_, whole
+from tests.builders import sched_pod as pod
+from tests.builders import slice_, whole
+from tests.harness.invariants import S4000_MIB, S5000_MIB, check
 from tests.harness.kube import bound_pod, list_pods, read_pod, refused
 from tests.harness.wait import wait_for
-
-from tests.harness.invariants import S4000_MIB, S5000_MIB, check
 from webhook.annotations import REQUEUES
 
 pytestmark = pytest.mark.cluster

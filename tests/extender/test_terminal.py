@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import sched_pod as pod, slice_, whole
+from tests.builders import sched_pod as pod
+from tests.builders import slice_, whole
 from tests.extender.test_scheduler import create
 from tests.harness.invariants import check, check_allocatable
-from tests.harness.kube import (bound_pod, end_pod, list_pods, mthreads_resources, read_node, refused,
-                                set_node_resources)
+from tests.harness.kube import (
+    bound_pod,
+    end_pod,
+    list_pods,
+    mthreads_resources,
+    read_node,
+    refused,
+    set_node_resources,
+)
 from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster

@@ -9,7 +9,8 @@ import copy
 
 import pytest
 
-from tests.builders import mt_node, sched_pod as pod, slice_, whole
+from tests.builders import mt_node, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.extender.messages import args, bind_args, pending
 from tests.harness.invariants import ALLOCATED
 from webhook.extender.cache import WAITING

@@ -15,7 +15,8 @@ import time
 
 import requests
 
-from tests.builders import container as c, pod, review
+from tests.builders import container as c
+from tests.builders import pod, review
 
 VALIDATE_BODY = json.dumps(review(pod(c("train", 1, 32, 8)))).encode()
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import jsonpatch
 import pytest
 
-from webhook.server.app import create_app
+from tests.builders import container as c
+from tests.builders import pod, review
 from webhook.config import Config, MthreadsConfig
-
-from tests.builders import container as c, pod, review
+from webhook.server.app import create_app
 
 REPO = Path(__file__).resolve().parents[2]
 API_SERVER_TIMEOUT = 5.0  # timeoutSeconds of both webhooks in manifests/base

@@ -23,11 +23,11 @@ import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from webhook.server.certs import _pem_cert, _pem_key, make_ca, make_serving, service_names
-
-from tests.builders import container as c, pod, review
+from tests.builders import container as c
+from tests.builders import pod, review
 from tests.harness.wait import time_until
 from tests.harness.webhook import WebhookProcess
+from webhook.server.certs import _pem_cert, _pem_key, make_ca, make_serving, service_names
 
 _stamp = itertools.count(1)
 

@@ -18,14 +18,13 @@ import pytest
 import requests
 import yaml
 
-from webhook.annotations import ALLOCATION_KEYS
-
 from tests.builders import ALLOCATED
 from tests.harness.kube import ADMIN, ALICE, ALLOCATOR, free_ports
 from tests.harness.kubectl import kubectl
 from tests.harness.registration import wait_until_called, webhook_configurations
 from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
+from webhook.annotations import ALLOCATION_KEYS
 
 pytestmark = pytest.mark.cluster
 

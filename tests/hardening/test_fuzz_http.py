@@ -16,11 +16,10 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from webhook.admission.review import OPERATIONS, VERSIONS
-from webhook.server.app import MAX_BODY, create_app
-
 from tests.hardening.conftest import count_case, profile
 from tests.hardening.strategies import CONFIGS, bodies, reviews, too_many_cards
+from webhook.admission.review import OPERATIONS, VERSIONS
+from webhook.server.app import MAX_BODY, create_app
 
 pytestmark = pytest.mark.fuzz
 

@@ -13,17 +13,28 @@ import jsonpatch
 import pytest
 from hypothesis import assume, event, given
 
+from tests.hardening.conftest import count_case, profile
+from tests.hardening.strategies import (
+    any_pod,
+    enabled_rules,
+    mutate_pods,
+    rules,
+    too_many_cards,
+    updates,
+    users,
+)
 from webhook import annotations as keys
 from webhook import hami
 from webhook.admission.mutate import patch_for
 from webhook.admission.user_annotations import USER_KEYS
-from webhook.admission.validate import (OPT_OUT_LABEL, OPT_OUT_VALUE, SET_AT_CREATE,
-                                        check_create, check_update)
+from webhook.admission.validate import (
+    OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
+    SET_AT_CREATE,
+    check_create,
+    check_update,
+)
 from webhook.pods import InvalidRequest, Kind, Rule, read_request
-
-from tests.hardening.conftest import count_case, profile
-from tests.hardening.strategies import (any_pod, enabled_rules, mutate_pods, rules, too_many_cards,
-                                        updates, users)
 
 pytestmark = pytest.mark.fuzz
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import ALLOCATED
+from tests.hardening.test_forged_allocations import (
+    DENIED_CREATE,
+    IGNORE,
+    Api,
+    a_pod,
+    new_namespace,  # noqa: F401 (a fixture)
+    webhook,  # noqa: F401 (a fixture)
+)
 from tests.harness.kube import ALICE, ALLOCATOR
-from tests.hardening.test_forged_allocations import (DENIED_CREATE, IGNORE, Api, a_pod,
-                                                     new_namespace, webhook)  # noqa: F401
 
 pytestmark = pytest.mark.cluster
 MIRROR = {"kubernetes.io/config.mirror": "0123456789abcdef"}
@@ -77,9 +83,9 @@ def debug(name: str, **security) -> dict:
     return c
 
 
-def _validated(webhook) -> float:
+def _validated(server) -> float:
     """How many reviews /validate has answered "allowed" (the webhook's own counter)."""
-    text = webhook.session.get(f"{webhook.url}/metrics", timeout=10).text
+    text = server.session.get(f"{server.url}/metrics", timeout=10).text
     return sum(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith('mthreads_webhook_requests_total{endpoint="validate",result="allowed"'))
 

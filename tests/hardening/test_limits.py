@@ -12,12 +12,18 @@ import time
 
 import pytest
 
-from webhook.admission.review import MAX_BODY
-
-from tests.builders import container as c, pod, review
-from tests.hardening.net import (VALIDATE_BODY, answer_json, connect_tls, read_answer,
-                                  request_bytes, timed_post)
+from tests.builders import container as c
+from tests.builders import pod, review
+from tests.hardening.net import (
+    VALIDATE_BODY,
+    answer_json,
+    connect_tls,
+    read_answer,
+    request_bytes,
+    timed_post,
+)
 from tests.harness.webhook import WebhookProcess
+from webhook.admission.review import MAX_BODY
 
 GUNICORN_WORKER_CONNECTIONS = 1000  # gthread's default; the server sets no other
 

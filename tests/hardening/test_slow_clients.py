@@ -18,9 +18,16 @@ import time
 
 import pytest
 
-from tests.hardening.net import (VALIDATE_BODY, SlowClients, answer_json, connect_tls,
-                                  read_answer, real_calls_under_dribbling, request_bytes,
-                                  timed_post)
+from tests.hardening.net import (
+    VALIDATE_BODY,
+    SlowClients,
+    answer_json,
+    connect_tls,
+    read_answer,
+    real_calls_under_dribbling,
+    request_bytes,
+    timed_post,
+)
 from tests.harness.webhook import WebhookProcess
 from webhook.server.slow_clients import MAX_PER_PEER, READ_BUDGET
 

@@ -25,8 +25,8 @@ import ipaddress
 import json
 import os
 import random
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import subprocess

@@ -6,7 +6,6 @@ import yaml
 from tests.harness.kube import REPO_ROOT
 from tests.harness.kubectl import HELM
 
-from . import pod_spec
 from .containers import Container, build_image
 
 CHART = REPO_ROOT / "manifests" / "hami"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+import webhook.kube.api as api_module
 from tests.harness.kube import free_ports
 from tests.kube.recorder import Recorder, api_for
-import webhook.kube.api as api_module
 from webhook.kube.api import AUTH_EVERY, ApiError
 
 

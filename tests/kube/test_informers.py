@@ -16,13 +16,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from tests.harness.wait import wait_for
+from tests.kube.recorder import api_for
 from webhook.kube.api import Api
 from webhook.kube.async_api import AsyncApi
 from webhook.kube.async_informer import AsyncInformer
 from webhook.kube.informer import Informer, read_event
-
-from tests.harness.wait import wait_for
-from tests.kube.recorder import api_for
 
 
 def event(kind: str, rv: str, name: str = "n1") -> bytes:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.builders import bound_slice, mt_node, plain, sched_pod as pod, slice_
+from tests.builders import bound_slice, mt_node, plain, slice_
+from tests.builders import sched_pod as pod
 from webhook.config import MthreadsConfig
 from webhook.observe.cards_report import NO_REASON, as_json, report, table
 

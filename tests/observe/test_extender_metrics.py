@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders import mt_node, sched_pod as pod, slice_
-from tests.harness.invariants import ALLOCATED
+from tests.builders import mt_node, slice_
+from tests.builders import sched_pod as pod
 from tests.extender.messages import extender_client
+from tests.harness.invariants import ALLOCATED
 from webhook.config import Config
 from webhook.extender.cache import Cache
 

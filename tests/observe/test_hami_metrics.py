@@ -6,15 +6,16 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders import bound_slice, mt_node, sched_pod as pod, slice_
+from tests.builders import bound_slice, mt_node, slice_
+from tests.builders import sched_pod as pod
 from tests.harness.invariants import ALLOCATED
-from webhook.scheduling.inventory import node_cards
-from webhook.scheduling.state import NodeInfo
-from webhook.scheduling.resources import node_allocatable
 from webhook.config import MthreadsConfig
 from webhook.observe.card_views import card_views
-from webhook.scheduling.bound import BoundPods, bound_pod
 from webhook.observe.hami_metrics import HamiCollector
+from webhook.scheduling.bound import BoundPods, bound_pod
+from webhook.scheduling.inventory import node_cards
+from webhook.scheduling.resources import node_allocatable
+from webhook.scheduling.state import NodeInfo
 
 MIB = 1024 * 1024
 CARD_LABELS = {"node", "device_uuid", "device_index", "device_type", "zone"}

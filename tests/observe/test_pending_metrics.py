@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import sched_pod as pod, slice_
-from webhook.scheduling import reasons
+from tests.builders import sched_pod as pod
+from tests.builders import slice_
 from webhook.observe.pending_metrics import NO_NODES, OTHER, WAITING, main_reason, pending_families
+from webhook.scheduling import reasons
 
 
 def waiting(message: str | None, name: str = "p", created: str = "2026-01-01T00:00:00Z") -> dict:

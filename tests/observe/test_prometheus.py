@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from tests.builders import slice_
-from tests.harness.wait import wait_for
 from tests.harness.kube import ADMIN
 from tests.harness.kubectl import kubectl
 from tests.harness.registration import REPO_ROOT, wait_until_called, webhook_configurations
+from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
 from webhook.observe.pending_metrics import KNOWN
 

@@ -5,6 +5,8 @@ import logging
 
 import pytest
 
+from tests.builders import mt_node, plain, slice_, whole
+from tests.builders import sched_pod as pod
 from webhook.config import MthreadsConfig
 from webhook.pods import resource_names
 from webhook.scheduling import reasons
@@ -12,8 +14,6 @@ from webhook.scheduling.allocatable import allocatable_reason
 from webhook.scheduling.resources import Devices, device_allocatable, device_requests
 from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
-
-from tests.builders import mt_node, plain, sched_pod as pod, slice_, whole
 
 NAMES = resource_names(MthreadsConfig())
 VGPU, MEM, CORE = NAMES

@@ -2,20 +2,20 @@
 
 import pytest
 
+from tests.builders import mt_node, plain, slice_, whole
+from tests.builders import sched_pod as pod
 from tests.harness.invariants import requested  # the checker's own reading, independent of webhook/
 from webhook import annotations as keys
-from webhook.scheduling import reasons
-from webhook.scheduling import decide as decisions
-from webhook.scheduling.decide import NoFit, Placement
-from webhook.scheduling.shares import share_of
-from webhook.scheduling.state import ClusterState
 from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.hami import encode
 from webhook.pods import read_request
+from webhook.scheduling import decide as decisions
+from webhook.scheduling import reasons
+from webhook.scheduling.decide import NoFit, Placement
 from webhook.scheduling.request import request_of
-
-from tests.builders import mt_node, plain, sched_pod as pod, slice_, whole
+from webhook.scheduling.shares import share_of
+from webhook.scheduling.state import ClusterState
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 CONFIG = Config(mthreads=MT)

@@ -5,13 +5,13 @@ order, reason text) fails this test."""
 import hashlib
 import random
 
-from webhook.scheduling.decide import NoFit, place
-from webhook.scheduling.state import ClusterState
+from tests.builders import mt_node, plain, slice_, whole
+from tests.builders import sched_pod as pod
 from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
+from webhook.scheduling.decide import NoFit, place
 from webhook.scheduling.request import request_of
-
-from tests.builders import mt_node, plain, sched_pod as pod, slice_, whole
+from webhook.scheduling.state import ClusterState
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 FLEET = Fleet.of(MT.memory_per_card)

@@ -1,9 +1,8 @@
 import pytest
 
-from webhook.scheduling.inventory import node_cards
-from webhook.config import MthreadsConfig
-
 from tests.builders import mt_node
+from webhook.config import MthreadsConfig
+from webhook.scheduling.inventory import node_cards
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 

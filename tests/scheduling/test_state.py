@@ -3,12 +3,12 @@ by uid, indexed for the node policies."""
 
 import pytest
 
+from tests.builders import mt_node, plain
+from tests.builders import sched_pod as pod
 from webhook import annotations as keys
+from webhook.config import MthreadsConfig
 from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
-from webhook.config import MthreadsConfig
-
-from tests.builders import mt_node, plain, sched_pod as pod
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 

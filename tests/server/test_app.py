@@ -7,9 +7,10 @@ import json
 import jsonpatch
 import pytest
 
-from tests.builders import binding, binding_review, container as c, pod, review, status_review
-from webhook.server.app import MAX_BODY, create_app
+from tests.builders import binding, binding_review, pod, review, status_review
+from tests.builders import container as c
 from webhook.config import Config
+from webhook.server.app import MAX_BODY, create_app
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tests.builders import container as c, ephemeral_update, pod, review
+from tests.builders import container as c
+from tests.builders import ephemeral_update, pod, review
 from tests.harness.wait import wait_for
 from tests.harness.webhook import CLI, WebhookProcess, make_certs
 

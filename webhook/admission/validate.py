@@ -8,8 +8,15 @@ from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..json_types import JsonObject
-from ..pods import InvalidRequest, PodRequest, Rule, containers, is_mthreads_pod, read_request, \
-    resource_names
+from ..pods import (
+    InvalidRequest,
+    PodRequest,
+    Rule,
+    containers,
+    is_mthreads_pod,
+    read_request,
+    resource_names,
+)
 from .privilege import check_privilege, ephemeral_containers
 from .user_annotations import USER_KEYS, check_user_annotations
 

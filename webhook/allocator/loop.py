@@ -21,8 +21,9 @@ from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..kube.api import Api
-from ..kube.binder import EVENT_KIND as BIND_OUTCOME, READ_KIND as READ_OUTCOME, BindOutcome, \
-    Binder, ReadOutcome
+from ..kube.binder import EVENT_KIND as BIND_OUTCOME
+from ..kube.binder import READ_KIND as READ_OUTCOME
+from ..kube.binder import Binder, BindOutcome, ReadOutcome
 from ..kube.informer import Informer, watch_cluster
 from ..kube.leader import LeaderElector
 from ..kube.reporter import Reporter

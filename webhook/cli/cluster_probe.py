@@ -14,8 +14,8 @@ import time
 from kubernetes import client
 
 from ..kube.api import client_configuration
-from .kubeconfig import ClusterSource
 from ..startup import StartupError
+from .kubeconfig import ClusterSource
 
 TIMEOUT = 10.0  # seconds for one try; a connection is tried once: the operator is waiting
 # A role binding applied just before the start takes a moment to reach the API server's

@@ -15,9 +15,9 @@ from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.inventory import Card
 from ..scheduling.node_fit import node_rules_reason
+from ..scheduling.request import PodAsk
 from ..scheduling.resources import pod_requests
 from ..scheduling.score import best_node, node_used, policies
-from ..scheduling.request import PodAsk
 from ..scheduling.state import ClusterState
 
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority (extender/v1)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import urllib3
-
-from kubernetes import client, config as kube_config
+from kubernetes import client
+from kubernetes import config as kube_config
 
 from ..startup import StartupError
 

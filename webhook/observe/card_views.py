@@ -15,6 +15,7 @@ from ..cards import CORES_PER_CARD
 from ..scheduling.bound import BoundPod, Holding
 from ..scheduling.inventory import Card, NodeCards
 
+
 @dataclass(frozen=True)
 class CardView:
     node: str

@@ -11,12 +11,12 @@ import json
 import textwrap
 from dataclasses import dataclass
 
-from ..scheduling.pod_status import TERMINAL, is_bound, name_of, scheduled_condition
-from ..scheduling.inventory import node_cards
 from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
 from ..pods import is_mthreads_pod, resource_names
 from ..scheduling.bound import bound_pod
+from ..scheduling.inventory import node_cards
+from ..scheduling.pod_status import TERMINAL, is_bound, name_of, scheduled_condition
 from .card_views import CardView, card_views
 
 WIDTH = 80

@@ -34,18 +34,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import Enum
-from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar, cast
 
 from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from .bound import BoundPod, BoundPods
+from .decide import Placement
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
 from .shares import PodShare, share_of
-from .decide import Placement
 from .state import CardUsage, ClusterState, NodeInfo
 
 log = logging.getLogger(__name__)

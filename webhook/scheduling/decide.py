@@ -19,10 +19,10 @@ from .allocatable import fit_node, fits_allocatable
 from .card_fit import fit_cards, least_card, may_fit
 from .inventory import Card
 from .node_fit import node_reason
+from .request import PodAsk
 from .resources import NO_DEVICES, Devices, Resources, pod_requests
 from .score import best_node, policies
 from .shares import PodShare, card_shares
-from .request import PodAsk
 from .state import ClusterState
 
 

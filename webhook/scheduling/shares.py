@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .. import annotations as keys
-from ..hami import Device, EncodingError, decode
 from ..config import MthreadsConfig
+from ..hami import Device, EncodingError, decode
 from ..json_types import JsonObject
 from ..pods import resource_names
 from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests

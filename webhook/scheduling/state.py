@@ -18,8 +18,14 @@ from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from ..pods import resource_names
 from .inventory import NodeCards, node_cards
-from .resources import NO_DEVICES, DeviceLimits, Devices, Resources, device_allocatable, \
-    node_allocatable
+from .resources import (
+    NO_DEVICES,
+    DeviceLimits,
+    Devices,
+    Resources,
+    device_allocatable,
+    node_allocatable,
+)
 from .shares import PodShare
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from gunicorn.app.base import BaseApplication
 
-from . import slow_clients
 from ..config import Config
+from . import slow_clients
 from .tls import ServingCertificate
 
 
