@@ -89,7 +89,7 @@ def _client(cluster, user: str, connections: int):
 
 
 class Allocator:
-    """`python -m webhook.allocator` ("after") or the same with no backoff ("before")."""
+    """`python -m webhook.cli allocate` ("after") or the same with no backoff ("before")."""
 
     def __init__(self, cluster, workdir: Path, variant: str):
         from tests.harness.allocator import ALLOCATOR_USER
@@ -103,8 +103,8 @@ class Allocator:
         from tests.harness.allocator import AllocatorProcess
         proc = AllocatorProcess(self.kubeconfig, LEASE_NS, self.log, self.config)
         if self.variant == "before":
-            assert proc.args[1:3] == ["-m", "webhook.allocator"]
-            proc.args[1:3] = ["-c", NO_BACKOFF]
+            assert proc.args[1:4] == ["-m", "webhook.cli", "allocate"]
+            proc.args[1:4] = ["-c", NO_BACKOFF]
         self.proc = proc.start()
 
     def counters(self) -> tuple[float, float, float]:

@@ -6,14 +6,14 @@ the node lifecycle controller would). Each run creates `--e2e-pods` pods in a fr
 from 8 client threads at full speed (raw JSON POSTs, `_preload_content=False`) and a watch in
 the bench records when each pod is first seen bound:
 
-- the allocator (`python -m webhook.allocator`, its own RBAC user) places pods in the form the
+- the allocator (`python -m webhook.cli allocate`, its own RBAC user) places pods in the form the
   webhook writes (`hami-scheduler`, Mthreads slices and whole cards; bench/workload.py);
 - kube-scheduler 1.20 (KubeSchedulerConfiguration v1beta1, qps 1000 / burst 2000, no leader
   election, profile `default-scheduler`, admin credentials) places the same pods with the same
   requests, the cards' memory and cores as plain extended resources that it checks itself
   against the nodes' totals (it does not know the cards);
 - kube-scheduler + extender: the same kube-scheduler with profile `hami-scheduler` and this
-  project's extender (`python -m webhook.extender`; filter, which reserves the cards,
+  project's extender (`python -m webhook.cli extender`; filter, which reserves the cards,
   prioritize, bind) places the pods in the allocator's form (tests/harness/extender.py); its
   CPU is both processes'. Streaming runs also give create-to-bound seconds per pod (from the
   answer to its POST to the watch event that shows it bound): p50, p99, max.
@@ -770,11 +770,11 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
              f"resources), created by {THREADS} threads"),
             ("kube-scheduler", f"{ks_version}, v1beta1 config, qps 1000, burst 2000, "
              "default plugins"),
-            ("allocator", "`python -m webhook.allocator`, default policies, "
+            ("allocator", "`python -m webhook.cli allocate`, default policies, "
              "memoryPerCard [96, 160]"),
             ("kube-scheduler + extender", f"{ks_version} (profile hami-scheduler, "
              "its own node sample as the chart's default, qps 1000, burst 2000, --v=1) calling "
-             "`python -m webhook.extender` (filter reserves, requeues when the room is outside the sample, "
+             "`python -m webhook.cli extender` (filter reserves, requeues when the room is outside the sample, "
              "prioritize, bind; nodeCacheCapable), the pods in the allocator's form; CPU: both"),
             ("machine", f"{os.cpu_count()} CPUs shared by the API server, etcd, the scheduler "
              f"and the bench; Python {platform.python_version()}"),

@@ -31,7 +31,7 @@ def extender(kube_cluster, admin, tmp_path_factory):
     config = workdir / "config.yaml"
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
     verbs_port, pages_port = free_ports(2)
-    proc = Process([sys.executable, "-m", "webhook.extender", "--config", str(config),
+    proc = Process([sys.executable, "-m", "webhook.cli", "extender", "--config", str(config),
                     "--kubeconfig", str(kube_cluster.kubeconfig(ALLOCATOR_USER)),
                     "--bind", f"127.0.0.1:{verbs_port}", "--metrics-bind", f"127.0.0.1:{pages_port}"],
                    workdir / "extender.log", f"http://127.0.0.1:{pages_port}/readyz").start()

@@ -1,4 +1,4 @@
-"""The allocator for the cluster tests (and bench/): its RBAC, and `python -m webhook.allocator`
+"""The allocator for the cluster tests (and bench/): its RBAC, and `python -m webhook.cli allocate`
 as a real subprocess, stopped by its PID, read through its /metrics and /healthz."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class AllocatorProcess(LoggedProcess):
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, config: Path | None = None,
                  extra_args: tuple[str, ...] = ()):
         bind = f"127.0.0.1:{free_ports(1)[0]}"
-        args = [sys.executable, "-m", "webhook.allocator", "--kubeconfig", str(kubeconfig),
+        args = [sys.executable, "-m", "webhook.cli", "allocate", "--kubeconfig", str(kubeconfig),
                 "--namespace", namespace, "--metrics-bind", bind, *extra_args]
         if config:
             args += ["--config", str(config)]

@@ -77,7 +77,7 @@ def start_extender(cluster, workdir: Path, extender_user: str) -> tuple[Process,
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
     url = f"http://127.0.0.1:{ext_port}"
     extender = Process(
-        [sys.executable, "-m", "webhook.extender", "--config", str(config), "--kubeconfig",
+        [sys.executable, "-m", "webhook.cli", "extender", "--config", str(config), "--kubeconfig",
          str(cluster.kubeconfig(extender_user)), "--bind", f"127.0.0.1:{ext_port}"],
         workdir / "extender.log", f"{url}/readyz").start()
     try:
