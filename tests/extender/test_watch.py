@@ -4,6 +4,8 @@ the pods waiting for its scheduler, and follows them from binding to deletion
 
 from __future__ import annotations
 
+from functools import partial
+
 import kubernetes.client as k
 import pytest
 
@@ -14,7 +16,7 @@ from tests.harness.allocator import ALLOCATOR_USER
 from tests.harness.wait import wait_for
 from webhook import annotations as keys
 from webhook.extender.cache import Cache
-from webhook.kube.api import Api, make_api_client
+from webhook.kube.api import Api
 from webhook.kube.informer import Informer
 
 pytestmark = pytest.mark.cluster
@@ -23,9 +25,9 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def cache(kube_cluster, admin):
     """The extender's cache, fed by its watches as the extender's identity; stopped afterwards."""
-    api = Api(make_api_client(str(kube_cluster.kubeconfig(ALLOCATOR_USER))))
+    api = Api.from_kubeconfig(str(kube_cluster.kubeconfig(ALLOCATOR_USER)))
     c = Cache(CONFIG)
-    informers = [Informer(api, kind, path, selector, lambda item: c.apply(*item[1:]), 1).start()
+    informers = [Informer(api, kind, path, selector, partial(c.apply, kind)).start()
                  for kind, path, selector in c.watched()]
     try:
         assert c.wait_ready(30), "the cache never listed"

@@ -2,8 +2,8 @@
 client calls a Flask app: for the extender's handler tests, which start no server (the real
 one is exercised by tests/extender/test_server.py and the kube-scheduler tests).
 
-One event loop per client, kept for its life: the app's AsyncApi binds itself to the loop it
-first runs on. `gather` sends several requests at once, as kube-scheduler's binds come.
+One event loop per client, kept for its life: the app's API client keeps its connections on
+the loop that opened them. `gather` sends several requests at once, as kube-scheduler's binds come.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""A fake of the few API server calls the allocator and the extender make (webhook.kube.api.Api),
-for unit tests that must start no process: pods/binding (answering `status`, or raising as an
-unreachable server does), GET of a pod from `pods`, PATCH (answering `patch_status`), and
-200 for anything else (reports).
-`AsyncFakeApi`: a FakeApi's calls awaited, as the extender makes them (kube.async_api.AsyncApi)."""
+"""A fake of the few API server calls the allocator and the extender make (webhook.kube.api.Api,
+awaited as it is), for unit tests that must start no process: pods/binding (answering
+`status`, or raising as an unreachable server does), GET of a pod from `pods`, PATCH
+(answering `patch_status`), and 200 for anything else (reports)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 from webhook.kube.api import ApiError, Reply
 
@@ -24,10 +22,10 @@ class FakeApi:
         self.pods: dict[tuple[str, str], dict] = {}
         self.lock = threading.Lock()
 
-    def call(self, method, path, query=None, body=None, **kw):
+    async def call(self, method, path, query=None, body=None, **kw):
         self._record(method, path, body)
         if self.delay:
-            time.sleep(self.delay)
+            await asyncio.sleep(self.delay)
         return self._answer(method, path, body)
 
     def _record(self, method, path, body) -> None:
@@ -64,18 +62,10 @@ class FakeApi:
     def patches(self):
         return [c for c in self.calls if c[0] == "PATCH"]
 
-    def stream(self, *a, **kw):
+    async def watch(self, *a, **kw):
         raise ApiError("the fake API has no watches")
 
 
-class AsyncFakeApi:
-    """`fake`'s calls, awaited: its settings (status, delay...) and record are shared."""
-
-    def __init__(self, fake: FakeApi):
-        self.fake = fake
-
-    async def call(self, method, path, query=None, body=None, **kw):
-        self.fake._record(method, path, body)
-        if self.fake.delay:
-            await asyncio.sleep(self.fake.delay)
-        return self.fake._answer(method, path, body)
+def AsyncFakeApi(fake: FakeApi) -> FakeApi:
+    """The fake itself (its calls are awaited, as the one API client's are)."""
+    return fake

@@ -1,5 +1,5 @@
-"""A few lines of HTTP on 127.0.0.1 that record what the API clients (webhook/kube/api.py,
-async_api.py) send, for their tests. Paths that start with /broken promise more than they
+"""A few lines of HTTP on 127.0.0.1 that record what the API client (webhook/kube/api.py)
+sends, for its tests. Paths that start with /broken promise more than they
 send and hang up; /close answers with "Connection: close"; /hangup answers, then closes the
 connection without saying so; /slow answers after a second."""
 
@@ -68,4 +68,4 @@ def serve() -> ThreadingHTTPServer:
 def api_for(port: int, token: str = "first") -> Api:
     cfg = client.Configuration(host=f"http://127.0.0.1:{port}")
     cfg.api_key = {"authorization": f"Bearer {token}"}
-    return Api(client.ApiClient(cfg))
+    return Api(cfg)

@@ -1,7 +1,8 @@
-"""Both informers, the threaded one (kube/informer.py, the allocator's) and the one on an event
-loop (kube/async_informer.py, the extender's), against a scripted API server on 127.0.0.1:
-what they hand on, where they resume, when they relist, and that a silent watch is abandoned.
-The real API server serves both in tests/allocator and tests/extender."""
+"""The informer (kube/informer.py), run both ways it is run: started on the process's I/O loop
+(the allocator's watches) and awaited on a loop of the caller's (the extender's), against a
+scripted API server on 127.0.0.1: what it hands on, where it resumes, when it relists, and that
+a silent watch is abandoned. The real API server serves both in tests/allocator and
+tests/extender."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ import pytest
 from tests.harness.wait import wait_for
 from tests.kube.recorder import api_for
 from webhook.kube.api import Api
-from webhook.kube.async_api import AsyncApi
-from webhook.kube.async_informer import AsyncInformer
 from webhook.kube.informer import Informer, read_event
 
 
@@ -90,9 +89,8 @@ def script_server(watches: list[list]):
         server.server_close()
 
 
-def threaded(api: Api, out: queue.Queue, read_timeout: float, emit=None):
-    informer = Informer(api, "node", "/api/v1/nodes", None,
-                        lambda item: (emit or out.put)(item[2:]), session=1)
+def on_the_io_loop(api: Api, out: queue.Queue, read_timeout: float, emit=None):
+    informer = Informer(api, "node", "/api/v1/nodes", None, lambda e, o: (emit or out.put)((e, o)))
     informer.read_timeout = read_timeout
     informer.start()
     return informer.stop
@@ -100,8 +98,7 @@ def threaded(api: Api, out: queue.Queue, read_timeout: float, emit=None):
 
 def on_loop(api: Api, out: queue.Queue, read_timeout: float, emit=None):
     loop = asyncio.new_event_loop()
-    informer = AsyncInformer(AsyncApi(api), "node", "/api/v1/nodes", None,
-                             lambda e, o: (emit or out.put)((e, o)))
+    informer = Informer(api, "node", "/api/v1/nodes", None, lambda e, o: (emit or out.put)((e, o)))
     informer.read_timeout = read_timeout
     task = loop.create_task(informer.run())
 
@@ -120,7 +117,7 @@ def on_loop(api: Api, out: queue.Queue, read_timeout: float, emit=None):
     return stop
 
 
-INFORMERS = {"threaded": threaded, "on a loop": on_loop}
+INFORMERS = {"on the I/O loop": on_the_io_loop, "on a loop": on_loop}
 
 
 @pytest.fixture(params=INFORMERS)

@@ -11,7 +11,7 @@ class FakeLeaseApi:
         self.rv = 0
         self.down = False
 
-    def call(self, method, path, query=None, body=None, **kw):
+    async def call(self, method, path, query=None, body=None, **kw):
         from webhook.kube.api import ApiError, Reply
         if self.down:
             raise ApiError("unreachable")

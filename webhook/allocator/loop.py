@@ -4,10 +4,10 @@ Only the Lease holder runs a session (watches + decisions). Every session starts
 fresh list of nodes and pods, so usage is rebuilt from the bound pods' annotations before
 anything is decided. Each pod event goes to the scheduler cache (scheduling/cache.py: the
 shares, and the lifecycle of the ones we assume) and, while the pod waits, to the pending
-queue (scheduling/queue.py: the order and each pod's backoff). Every API call runs elsewhere:
-the bindings and the re-reads of pods whose binding outcome is unknown in the binder's pool,
-whose outcomes come back through the same event queue as the watch events; the reports on
-unschedulable pods on the reporter's thread.
+queue (scheduling/queue.py: the order and each pod's backoff). Every API call runs elsewhere,
+on the I/O loop's thread (kube/io_loop.py): the watches, the bindings and the re-reads of pods
+whose binding outcome is unknown (the binder's), whose outcomes come back through the same
+event queue as the watch events, and the reports on unschedulable pods (the reporter's).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..scheduling import reasons
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import DROPPED, READ, Phase, SchedulerCache
 from ..scheduling.decide import NoFit, Placement, place
-from ..scheduling.pod_status import is_bound, is_finished, uid_of
+from ..scheduling.pod_status import LIVE_PODS, is_bound, is_finished, uid_of
 from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue
 from ..scheduling.request import request_of
 from .metrics import Metrics
@@ -76,7 +76,7 @@ class Allocator:
         self.session += 1
         self._reset()
         log.info("leading: listing nodes and pods before deciding")
-        self.informers = watch_cluster(self.api, self.events.put, self.session)
+        self.informers = watch_cluster(self.api, self.events.put, self.session, LIVE_PODS)
 
     def _end_session(self) -> None:
         for i in self.informers:
@@ -177,13 +177,14 @@ class Allocator:
                             with_annotations=mthreads)
         self.queue.remove(meta["uid"])
         self.cache.assume(p.share, meta["namespace"], meta["name"])
-        self.binder.submit(self.session, pod, p, body)
+        self.binder.submit(self.session, body, (pod, p))
         return 1
 
     def _bind_outcome(self, o: BindOutcome) -> None:
         meta = o.body["metadata"]
         uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
-        share = o.placement.share
+        pod, placement = o.context  # as submitted in bind()
+        share = placement.share
         if o.status is None:
             # we do not know whether it happened: hold the share until a read tells us
             self.cache.binding_unknown(share)
@@ -196,7 +197,7 @@ class Allocator:
             self.metrics.allocated.inc()
             self.reporter.forget(uid)
             devices = meta.get("annotations", {}).get(keys.ALLOCATED, "-")
-            log.info("bound %s/%s to %s: %s", ns, name, o.placement.node, devices)
+            log.info("bound %s/%s to %s: %s", ns, name, placement.node, devices)
             return
         left = self.cache.binding_refused(share, o.status)
         if left == READ:  # gone, or bound by someone else: the share is held till a read tells
@@ -204,7 +205,7 @@ class Allocator:
             self._reread(uid, ns, name)
         elif left == DROPPED:  # nothing was written: it waits again
             log.warning("bind %s/%s: %s", ns, name, o.message)
-            self.queue.write_failed(o.pod)
+            self.queue.write_failed(pod)
 
     def _reread(self, uid: str, ns: str, name: str) -> None:
         self.reading.add(uid)

@@ -1,4 +1,7 @@
-"""Entry point: wire the API client, Lease, metrics and decision loop; stop cleanly on SIGTERM."""
+"""Entry point: wire the API client, Lease, metrics and decision loop; stop cleanly on SIGTERM.
+
+Decisions are made on this thread (loop.py); the Kubernetes I/O (watches, bindings, re-reads,
+reports, the Lease) runs on the process's I/O loop (kube/io_loop.py), one thread."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ import time
 import uuid
 
 from ..config import Config
-from ..kube.api import Api, make_api_client
-from ..kube.binder import DEFAULT_THREADS
+from ..kube.api import Api
+from ..kube.binder import DEFAULT_WRITES
 from ..kube.leader import LeaderElector
 from ..observe.hami_metrics import HamiCollector
 from ..observe.pending_metrics import PendingCollector
@@ -41,9 +44,9 @@ def identity() -> str:
 
 def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_bind: str,
         bind_threads: int | None = None) -> int:
-    bind_threads = bind_threads or DEFAULT_THREADS
-    # the binder's threads, two watches, the Lease and the reporter each hold a connection
-    api = Api(make_api_client(kubeconfig, connections=bind_threads + 4))
+    bind_threads = bind_threads or DEFAULT_WRITES  # the bindings and re-reads under way at once
+    # beside the binder's requests, the Lease's and the reports' (the watches have their own)
+    api = Api.from_kubeconfig(kubeconfig, connections=bind_threads + 4)
     me = identity()
     ns = lease_namespace(namespace)
     metrics = Metrics()

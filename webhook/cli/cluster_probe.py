@@ -7,13 +7,11 @@ restarted in a loop (the extender under gunicorn).
 
 from __future__ import annotations
 
-import json
-import re
+import asyncio
 import time
 
-from kubernetes import client
-
-from ..kube.api import client_configuration
+from ..kube.api import Api, ApiError, KubeconfigError, client_configuration
+from ..kube.io_loop import run_blocking
 from ..startup import StartupError
 from .kubeconfig import ClusterSource
 
@@ -24,38 +22,35 @@ FORBIDDEN_GRACE = 10.0
 PROBE = "/api/v1/nodes"  # both the allocator and the extender list nodes first
 
 
-def _reason(error: Exception) -> str:
-    reason = getattr(error, "reason", None) or error  # urllib3's MaxRetryError wraps the cause
-    return re.sub(r"<[^>]*>:? ?", "", str(reason))  # drop the objects' reprs
-
-
 def check_cluster(source: ClusterSource) -> None:
     """Raise StartupError unless the API server answers a list of one node."""
-    cfg = client_configuration(source.kubeconfig, source.description)
-    cfg.retries = False
-    where = f"the API server at {cfg.host} (from {source.description})"
-    deadline = time.monotonic() + FORBIDDEN_GRACE
-    with client.ApiClient(cfg) as api:
-        while True:
-            try:
-                client.CoreV1Api(api).list_node(limit=1, _request_timeout=TIMEOUT,
-                                                _preload_content=False).release_conn()
-                return
-            except client.ApiException as e:
-                if e.status == 403 and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                if e.status == 401:
-                    raise StartupError(f"{where} refused the credentials: 401 Unauthorized") \
-                        from None
-                raise StartupError(f"{where} answered {e.status} to GET {PROBE}: "
-                                   f"{_status_message(e)}") from None
-            except Exception as e:  # urllib3 raises many kinds; all mean "not reached"
-                raise StartupError(f"cannot reach {where}: {_reason(e)}") from None
-
-
-def _status_message(e: client.ApiException) -> str:
     try:
-        return json.loads(e.body)["message"]
-    except (TypeError, ValueError, KeyError):
-        return e.reason or ""
+        cfg = client_configuration(source.kubeconfig, source.description)
+    except KubeconfigError as e:
+        raise StartupError(str(e)) from None
+    where = f"the API server at {cfg.host} (from {source.description})"
+    try:
+        api = Api(cfg, connections=1)
+    except KubeconfigError as e:
+        raise StartupError(f"{where}: {e}") from None
+    except (OSError, ValueError) as e:  # TLS material that does not load (ssl.SSLError too)
+        raise StartupError(f"cannot reach {where}: {e}") from None
+    run_blocking(_check(api, where))
+
+
+async def _check(api: Api, where: str) -> None:
+    deadline = time.monotonic() + FORBIDDEN_GRACE
+    while True:
+        try:
+            reply = await api.call("GET", PROBE, {"limit": "1"}, timeout=TIMEOUT)
+        except ApiError as e:
+            raise StartupError(f"cannot reach {where}: {e.reason}") from None
+        if reply.ok:
+            return
+        if reply.status == 403 and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            continue
+        if reply.status == 401:
+            raise StartupError(f"{where} refused the credentials: 401 Unauthorized") from None
+        message = (reply.body or {}).get("message") or ""
+        raise StartupError(f"{where} answered {reply.status} to GET {PROBE}: {message}") from None

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--namespace", help="namespace of the Lease (default: the pod's, else kube-system)")
     a.add_argument("--metrics-bind", default="0.0.0.0:9090", help="HOST:PORT for /metrics, /healthz")
     a.add_argument("--bind-threads", type=_positive,
-                   help="pods/binding writes sent at once (default: binder.DEFAULT_THREADS, 32)")
+                   help="pods/binding writes under way at once (default: binder.DEFAULT_WRITES, 32)")
 
     e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
     e.add_argument("--config")

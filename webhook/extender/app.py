@@ -3,7 +3,7 @@
 
 Decode, call the verb (verbs.py), encode: nothing else happens here. Everything runs on the
 event loop's one thread, each call in one go under the cache's lock, except what waits: a
-bind's write and reads are awaited on the loop (kube/async_api.py), and what may take long
+bind's write and reads are awaited on the loop (kube/api.py), and what may take long
 (/preempt, /metrics, a call that comes before the cache has listed and waits for it) runs on
 a few threads, so that the loop keeps answering kube-scheduler's filters meanwhile. A call
 that waits for nothing (a filter of a pod the watch shows, the common case) is answered

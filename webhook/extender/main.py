@@ -6,7 +6,7 @@ decision must see every other one. One event loop, not gunicorn's threads as for
 (docs/serving.md): kube-scheduler waits for each /filter answer before it takes the next pod,
 so the CPU the extender spends per pod sets the pace of the whole path. On one event loop a
 filter is answered in one go, with no hand-off between threads, and a bind's write is one
-more request on the same loop (kube/async_api.py). Plain HTTP on loopback only: the verbs
+more request on the same loop (kube/api.py). Plain HTTP on loopback only: the verbs
 reserve and bind for whoever calls them, so only the kube-scheduler in the same pod may reach
 them (docs/extender.md); `--metrics-bind` adds a listener for the pages alone (Prometheus, the
 kubelet's probes).
@@ -26,9 +26,7 @@ import uvloop
 
 from ..bind_address import listen_address
 from ..config import Config
-from ..kube.api import Api, make_api_client
-from ..kube.async_api import AsyncApi
-from ..kube.async_informer import AsyncInformer
+from ..kube.api import Api
 from ..kube.informer import Informer
 from ..observe.hami_metrics import metrics_page
 from .app import ExtenderApp
@@ -45,20 +43,14 @@ log = logging.getLogger("webhook.extender")
 GC_YOUNG = 20_000  # allocations between young collections (Python's default: 700)
 
 
-def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache, list[Informer]]:
-    """The extender app over its cache, whose watches `serve` runs on its loop (here on
-    threads, already started, for a configuration that goes through a proxy, which AsyncApi
-    leaves to Api)."""
-    async_api = AsyncApi(api)
+def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
+    """The extender app over its cache, whose watches `serve` runs on its loop."""
     cache = Cache(config)
-    threaded = [Informer(api, kind, path, selector, lambda item: cache.apply(*item[1:]), 1).start()
-                for kind, path, selector in cache.watched()] if async_api.proxied else []
-    return ExtenderApp(Extender(config, cache, async_api), metrics_page(cache.core.snapshot)), \
-        cache, threaded
+    return ExtenderApp(Extender(config, cache, api), metrics_page(cache.core.snapshot)), cache
 
 
 async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket,
-                pages_sock: socket.socket | None = None, threaded: bool = False) -> None:
+                pages_sock: socket.socket | None = None) -> None:
     """Answer on `sock` (and the pages alone on `pages_sock`) until SIGTERM or SIGINT, then
     stop gracefully."""
     servers = [HttpServer(application.respond)]
@@ -67,10 +59,9 @@ async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket,
     for server, listening in zip(servers, (sock, pages_sock)):
         await server.start(listening)
     ext = application.ext
-    watches = [] if threaded else [
-        asyncio.ensure_future(AsyncInformer(ext.api, kind, path, selector,
-                                            partial(cache.apply, kind)).run())
-        for kind, path, selector in cache.watched()]
+    watches = [asyncio.ensure_future(Informer(ext.api, kind, path, selector,
+                                              partial(cache.apply, kind)).run())
+               for kind, path, selector in cache.watched()]
     watches.append(asyncio.ensure_future(ext.tend()))
     freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))
     stop = asyncio.Event()
@@ -100,15 +91,13 @@ def run(config: Config, kubeconfig: str | None, bind: str, metrics_bind: str | N
     sock = _listening("--bind", bind)
     pages_sock = _listening("--metrics-bind", metrics_bind) if metrics_bind else None
     gc.set_threshold(GC_YOUNG)
-    application, cache, informers = app(config, Api(make_api_client(kubeconfig)))
+    application, cache = app(config, Api.from_kubeconfig(kubeconfig))
     log.info("extender: scheduler %s, listening on %s%s, listing nodes and pods",
              config.scheduler_name, bind, f" (pages on {metrics_bind})" if metrics_bind else "")
     try:
-        uvloop.run(serve(application, cache, sock, pages_sock, bool(informers)))
+        uvloop.run(serve(application, cache, sock, pages_sock))
     finally:
         application.close()
-        for informer in informers:
-            informer.stop()
         for s in (sock, pages_sock):
             if s is not None:
                 s.close()

@@ -33,7 +33,7 @@ from typing import Awaitable, Callable, TypeVar
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..kube.binder import patch_pod_async, post_binding_async, read_pod_async
+from ..kube.pods import patch_pod, post_binding, read_pod
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import READ
 from ..scheduling.decide import Placement
@@ -49,8 +49,8 @@ T = TypeVar("T")
 
 
 class Extender:
-    """`source`: the cache (cache.Cache); `api`: an AsyncApi (or a fake) for the binds and
-    the reads they need, made on the event loop that serves the verbs."""
+    """`source`: the cache (cache.Cache); `api`: the API client (kube.api.Api, or a fake) for
+    the binds and the reads they need, made on the event loop that serves the verbs."""
 
     def __init__(self, config: Config, source, api):
         self.config, self.source, self.api = config, source, api
@@ -101,7 +101,7 @@ class Extender:
         return refuse(pod) if isinstance(pod, str) else answer(pod)
 
     async def _read_pod(self, namespace: str, name: str, uid: str) -> dict | str:
-        return self._checked(namespace, name, uid, *await read_pod_async(self.api, namespace, name))
+        return self._checked(namespace, name, uid, *await read_pod(self.api, namespace, name))
 
     def _checked(self, namespace: str, name: str, uid: str, status: int,
                  pod: dict | None) -> dict | str:
@@ -140,8 +140,8 @@ class Extender:
         # the uid: a pod made since under the same name is not touched (the API server refuses
         # to change a uid)
         patch = {"metadata": {"uid": meta.get("uid"), "annotations": {keys.REQUEUES: str(count)}}}
-        status, message = await patch_pod_async(self.api, meta.get("namespace"), meta.get("name"),
-                                                patch)
+        status, message = await patch_pod(self.api, meta.get("namespace"), meta.get("name"),
+                                          patch)
         if status is not None and 200 <= status < 300:
             log.info("requeued %s (%d): no room on the nodes kube-scheduler offered, room on %s",
                      who, count, elsewhere)
@@ -206,7 +206,7 @@ class Extender:
         """The pod to bind, read from the API server (the cache keeps bound pods only)."""
         who = f"{b.namespace}/{b.name}"
         doubt = self.source.core.in_doubt(b.uid)
-        status, pod = await read_pod_async(self.api, b.namespace, b.name)
+        status, pod = await read_pod(self.api, b.namespace, b.name)
         if doubt:
             state = self.source.core.resolved(b.uid, status, pod)
             if state == "bound":
@@ -218,7 +218,7 @@ class Extender:
     async def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
         who = f"{b.namespace}/{b.name}"
         body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(), with_annotations=mthreads)
-        status, message = await post_binding_async(self.api, body)
+        status, message = await post_binding(self.api, body)
         core = self.source.core
         if status is None:
             # it may have happened: keep the share counted until a read tells
@@ -238,7 +238,7 @@ class Extender:
     async def reread(self, uid: str, namespace: str, name: str) -> str:
         """Read a pod whose binding outcome is unknown and let the cache learn from it:
         "bound" | "unbound" | "gone" | "unknown"."""
-        return self.source.core.resolved(uid, *await read_pod_async(self.api, namespace, name))
+        return self.source.core.resolved(uid, *await read_pod(self.api, namespace, name))
 
     async def tend(self) -> None:
         """Until cancelled, on the event loop: release the reservations whose time is up

@@ -1,21 +1,24 @@
-"""List then watch one kind of object, handing each event to `emit` (the allocator's decision
-loop's queue; the extender's cache applies it at once).
+"""List then watch one kind of object on an event loop, handing each event to `emit` as it is
+read: the one watch loop (the allocator's, on its I/O loop; the extender's, on the loop that
+also answers kube-scheduler).
 
-Resumes from the last resourceVersion seen (bookmarks included) and relists on 410 Gone.
-Each relist is delivered as one ("RESET", items) event so the loop can rebuild at once.
+The lines come through the loop's own transport (api.py, `Api.watch`) and each event is
+handed on in the same go: no thread, no hand-off (on a thread, each watch event woke that
+thread, which then took the interpreter's lock from a loop busy with the next filter). Resumes
+from the last resourceVersion seen (bookmarks included) and relists on 410 Gone. Each relist
+is delivered as one ("RESET", items) event so the receiver can rebuild at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
-import threading
 from typing import Callable
 
-from kubernetes.watch.watch import iter_resp_lines
-
-from ..scheduling.pod_status import LIVE_PODS
 from .api import Api, ApiError, Reply
+from .io_loop import IoLoop, io_loop
 
 log = logging.getLogger(__name__)
 
@@ -61,99 +64,84 @@ class Informer:
     read_timeout = WATCH_SECONDS + 30  # longer than any quiet watch the server keeps open
 
     def __init__(self, api: Api, kind: str, path: str, field_selector: str | None,
-                 emit: Callable[[tuple], None], session: int):
-        """`emit((session, kind, event, object))` is called on the watch's thread."""
+                 emit: Callable[[str, object], None]):
+        """`emit(event, object)` is called on the loop, as each event is read."""
         self.api, self.kind, self.path = api, kind, path
-        self.field_selector = field_selector
-        self.emit, self.session = emit, session
-        self.stopped = threading.Event()
-        self._resp = None
-        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+        self.field_selector, self.emit = field_selector, emit
+        self._running: concurrent.futures.Future | None = None
 
-    def start(self) -> "Informer":
-        self._thread.start()
+    def start(self, io: IoLoop | None = None) -> "Informer":
+        """For a threaded program: `run` on the I/O loop (`io`, else the process's) until
+        `stop`."""
+        self._running = (io or io_loop()).submit(self.run())
         return self
 
     def stop(self) -> None:
-        self.stopped.set()
-        resp = self._resp
-        if resp is not None:
-            try:  # shutdown() unblocks the reading thread; close() would wait for it
-                resp.shutdown()
-            except Exception:
-                pass
+        """End what `start` began (events already read may still be handed on)."""
+        if self._running is not None:
+            self._running.cancel()
 
-    def _emit(self, event: str, obj) -> None:
-        self.emit((self.session, self.kind, event, obj))
-
-    def _list(self) -> str:
-        items, rv = listed(self.api.call("GET", self.path, query(self.field_selector), timeout=30),
-                           self.kind)
-        self._emit("RESET", items)
-        return rv
-
-    def _run(self) -> None:
+    async def run(self) -> None:
+        """Until cancelled."""
         rv = None
         delay = 0.5
-        while not self.stopped.is_set():
+        while True:
             try:
                 if rv is None:
-                    rv = self._list()
-                rv = self._watch(rv)
+                    rv = await self._list()
+                rv = await self._watch(rv)
                 delay = 0.5
             except ApiError as e:
                 log.warning("watch %s: %s; retrying in %.1fs", self.kind, e, delay)
-                self.stopped.wait(delay)
+                await asyncio.sleep(delay)
                 delay = min(delay * 2, 8)
 
-    def _watch(self, rv: str) -> str | None:
-        """Returns the resourceVersion to resume from, or None to relist."""
-        resp = self.api.stream(self.path, query(self.field_selector, rv),
-                               read_timeout=self.read_timeout)
-        self._resp = resp
+    async def _list(self) -> str:
+        items, rv = listed(await self.api.call("GET", self.path, query(self.field_selector),
+                                               timeout=30), self.kind)
+        self.emit("RESET", items)
+        return rv
+
+    async def _watch(self, rv: str) -> str | None:
+        """The resourceVersion to resume from, or None to relist."""
+        gone = False
+
+        def on_line(line: bytes) -> bool:
+            nonlocal rv, gone
+            kind, obj = read_event(line, self.kind)
+            if kind == GONE:
+                gone = True
+                return False
+            rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+            if kind != "BOOKMARK":
+                self.emit(kind, obj)
+            return True
+
         try:
-            if resp.status != 200:
-                # read whole: a body left unread would be taken for the next answer on the
-                # connection, which goes back to the pool
-                reply = Reply.of(resp.status, resp.data)
-                if resp.status == 410:
-                    return None
-                raise ApiError(f"watch {self.kind}: {reply.message()}")
-            for line in iter_resp_lines(resp):
-                if self.stopped.is_set():
-                    return rv
-                if not line:
-                    continue
-                kind, obj = read_event(line, self.kind)
-                if kind == GONE:
-                    return None  # too old: relist
-                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                if kind != "BOOKMARK":
-                    self._emit(kind, obj)
-            return rv
-        except Exception as e:  # a broken stream in any of its forms: resume
-            if self.stopped.is_set():
-                return rv
-            if isinstance(e, ApiError):
-                raise
+            reply = await self.api.watch(self.path, query(self.field_selector, rv),
+                                         self.read_timeout, on_line)
+        except ApiError:
+            raise
+        except Exception as e:  # an event the receiver could not take: resume after the last one
             raise ApiError(f"watch {self.kind} broke: {type(e).__name__}") from None
-        finally:
-            self._resp = None
-            try:
-                resp.release_conn()
-            except Exception:
-                pass
+        if gone or reply.status == 410:
+            return None
+        if reply.status != 200:
+            raise ApiError(f"watch {self.kind}: {reply.message()}")
+        return rv
 
 
-def cluster_watches(pods: str = LIVE_PODS) -> list[tuple[str, str, str | None]]:
+def cluster_watches(pods: str) -> list[tuple[str, str, str | None]]:
     """(kind, path, fieldSelector) of the two watches a pod cache is fed from: every node, and
-    the pods `pods` selects (the pods still running, or the extender's: those of them on a
-    node)."""
+    the pods the field selector `pods` selects."""
     return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", pods)]
 
 
-def watch_cluster(api: Api, emit: Callable[[tuple], None], session: int,
-                  pods: str = LIVE_PODS) -> list[Informer]:
-    """The watches of `cluster_watches(pods)`, each on a thread of its own."""
-    return [Informer(api, kind, path, selector, emit, session).start()
+def watch_cluster(api: Api, emit: Callable[[tuple], None], session: int, pods: str,
+                  io: IoLoop | None = None) -> list[Informer]:
+    """The watches of `cluster_watches(pods)` on the I/O loop (`io`, else the process's), each
+    event handed on as `emit((session, kind, event, object))`."""
+    def emitter(kind: str) -> Callable[[str, object], None]:
+        return lambda event, obj: emit((session, kind, event, obj))
+    return [Informer(api, kind, path, selector, emitter(kind)).start(io)
             for kind, path, selector in cluster_watches(pods)]

@@ -1,21 +1,22 @@
 """Telling users why a pod waits: the PodScheduled condition and a FailedScheduling event.
 
-The writes run on the reporter's own thread, so the decision thread never waits on them:
-`unschedulable` and `forget` only queue work; a pod reported again before its last report
-was written is written once, with the newest message.
+The writes run on the I/O loop (kube/io_loop.py), one at a time, so the decision thread
+never waits on them: `unschedulable` and `forget` only queue work; a pod reported again before
+its last report was written is written once, with the newest message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import OrderedDict
 from datetime import datetime, timezone
 
-from ..scheduling.pod_status import scheduled_condition
 from .api import Api, ApiError
 from .events import EventBook
+from .io_loop import IoLoop, io_loop
 
 log = logging.getLogger(__name__)
 
@@ -24,45 +25,75 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _says_unschedulable(pod: dict, message: str) -> bool:
+    """Whether the pod's PodScheduled condition already says Unschedulable with `message`."""
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            return c.get("status") == "False" and c.get("reason") == "Unschedulable" \
+                and c.get("message") == message
+    return False
+
+
 class Reporter:
-    def __init__(self, api: Api, component: str, instance: str):
+    def __init__(self, api: Api, component: str, instance: str, io: IoLoop | None = None):
         self.api, self.component, self.instance = api, component, instance
-        self.book = EventBook()  # the reporter thread's only
+        self.io = io or io_loop()
+        self.book = EventBook()  # the I/O loop's only
         self._lock = threading.Lock()
         # uid -> (forget what was reported first?, the newest report or None)
         self._work: OrderedDict[str, tuple[bool, tuple[dict, str] | None]] = OrderedDict()
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
-        self._thread.start()
+        self._wake: asyncio.Event | None = None  # made on the I/O loop
+        self._woken = False  # a wake-up is on its way to the loop
+        self._stopped = False
+        self._writing = self.io.submit(self._run())
 
     def unschedulable(self, pod: dict, message: str) -> None:
         uid = pod["metadata"]["uid"]
         with self._lock:
             forget, _ = self._work.pop(uid, (False, None))
             self._work[uid] = (forget, (pod, message))
-        self._wake.set()
+        self._wake_up()
 
     def forget(self, uid: str) -> None:
         with self._lock:
             self._work.pop(uid, None)
             self._work[uid] = (True, None)
-        self._wake.set()
+        self._wake_up()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopped.set()
-        self._wake.set()
-        self._thread.join(timeout)
+        self._stopped = True
+        self.io.call_soon(self._set_wake)
+        try:
+            self._writing.result(timeout)
+        except Exception:  # timed out, or the loop's end: nothing more to write
+            pass
 
     def idle(self) -> bool:
         with self._lock:
             return not self._work
 
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self._wake.wait(1.0)
+    def _wake_up(self) -> None:
+        with self._lock:
+            if self._woken:
+                return
+            self._woken = True
+        self.io.call_soon(self._set_wake)
+
+    def _set_wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        self._wake = asyncio.Event()
+        while not self._stopped:
+            try:
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+            except TimeoutError:
+                pass
             self._wake.clear()
-            while not self._stopped.is_set():
+            with self._lock:
+                self._woken = False
+            while not self._stopped:
                 with self._lock:
                     if not self._work:
                         break
@@ -70,38 +101,36 @@ class Reporter:
                 if forget:
                     self.book.forget(uid)
                 if report is not None:
-                    self.write(*report)
+                    await self.write(*report)
 
-    def write(self, pod: dict, message: str) -> None:
+    async def write(self, pod: dict, message: str) -> None:
         meta = pod["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         try:
-            self._condition(pod, message)
+            await self._condition(pod, message)
             action = self.book.note(uid, message, time.monotonic())
             if action == "create":
-                self._create_event(pod, message)
+                await self._create_event(pod, message)
                 log.info("unschedulable %s/%s: %s", ns, name, message)
             elif action == "patch":
-                self._patch_event(ns, uid)
+                await self._patch_event(ns, uid)
         except ApiError as e:
             log.warning("reporting %s/%s: %s", ns, name, e)
 
-    def _condition(self, pod: dict, message: str) -> None:
-        c = scheduled_condition(pod)
-        if c and c.get("status") == "False" and c.get("reason") == "Unschedulable" \
-                and c.get("message") == message:
+    async def _condition(self, pod: dict, message: str) -> None:
+        if _says_unschedulable(pod, message):
             return  # already says so: no write
         meta = pod["metadata"]
         patch = {"status": {"conditions": [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
             "message": message, "lastProbeTime": None, "lastTransitionTime": _now()}]}}
-        reply = self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/"
+        reply = await self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/"
                               f"{meta['name']}/status", body=patch,
                               content_type="application/strategic-merge-patch+json")
         if not reply.ok and reply.status != 404:
             log.warning("condition on %s/%s: %s", meta["namespace"], meta["name"], reply.message())
 
-    def _create_event(self, pod: dict, message: str) -> None:
+    async def _create_event(self, pod: dict, message: str) -> None:
         meta = pod["metadata"]
         ns, now = meta["namespace"], _now()
         event_name = f"{meta['name']}.{time.time_ns():x}"
@@ -116,15 +145,15 @@ class Reporter:
             "reportingComponent": self.component, "reportingInstance": self.instance,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        reply = self.api.call("POST", f"/api/v1/namespaces/{ns}/events", body=body)
+        reply = await self.api.call("POST", f"/api/v1/namespaces/{ns}/events", body=body)
         if reply.ok:
             self.book.written(meta["uid"], event_name, time.monotonic())
         else:
             log.warning("event for %s/%s: %s", ns, meta["name"], reply.message())
 
-    def _patch_event(self, ns: str, uid: str) -> None:
+    async def _patch_event(self, ns: str, uid: str) -> None:
         t = self.book.by_pod[uid]
-        reply = self.api.call("PATCH", f"/api/v1/namespaces/{ns}/events/{t.name}",
+        reply = await self.api.call("PATCH", f"/api/v1/namespaces/{ns}/events/{t.name}",
                               body={"count": t.count, "lastTimestamp": _now()},
                               content_type="application/merge-patch+json")
         self.book.written(uid, None, time.monotonic())

@@ -16,10 +16,10 @@ def add_parser(subparsers, kubeconfig_help: str) -> None:
     c.add_argument("-o", "--output", choices=("table", "json"), default="table")
 
 
-def _list(api, path: str, query: dict | None = None) -> list[dict]:
+async def _list(api, path: str, query: dict | None = None) -> list[dict]:
     from ..kube.api import ApiError
     try:
-        reply = api.call("GET", path, query)
+        reply = await api.call("GET", path, query)
     except ApiError as e:
         raise StartupError(f"cards: cannot reach the API server: {e}") from None
     if not reply.ok:
@@ -27,14 +27,22 @@ def _list(api, path: str, query: dict | None = None) -> list[dict]:
     return (reply.body or {}).get("items") or []
 
 
+async def _read(api) -> tuple[list[dict], list[dict], list[dict]]:
+    """The nodes, the pods and the FailedScheduling events."""
+    return (await _list(api, "/api/v1/nodes"), await _list(api, "/api/v1/pods"),
+            await _list(api, "/api/v1/events", {"fieldSelector": "reason=FailedScheduling"}))
+
+
 def run(config: Config, kubeconfig: str | None, node: str | None, output: str) -> int:
     """Print the report; `kubeconfig` as kubeconfig.find_cluster found it (None: in-cluster)."""
-    from ..kube.api import Api, make_api_client
+    from ..kube.api import Api, KubeconfigError
+    from ..kube.io_loop import run_blocking
     from . import cards_report  # here: every command parses its flags through this module
-    api = Api(make_api_client(kubeconfig, connections=1))
-    nodes = _list(api, "/api/v1/nodes")
-    pods = _list(api, "/api/v1/pods")
-    events = _list(api, "/api/v1/events", {"fieldSelector": "reason=FailedScheduling"})
+    try:
+        api = Api.from_kubeconfig(kubeconfig, connections=1)
+    except KubeconfigError as e:
+        raise StartupError(str(e)) from None
+    nodes, pods, events = run_blocking(_read(api))
     r = cards_report.report(nodes, pods, events, config.mthreads, node)
     sys.stdout.write(cards_report.as_json(r) if output == "json" else cards_report.table(r))
     return 0
