@@ -20,7 +20,7 @@ from ..kube.leader import LeaderElector
 from ..observe.hami_metrics import HamiCollector
 from ..observe.pending_metrics import PendingCollector
 from .loop import Allocator
-from .metrics import Metrics, serve
+from .metrics import Metrics, serve_metrics
 
 log = logging.getLogger("webhook.allocator")
 
@@ -54,7 +54,7 @@ def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_b
     allocator = Allocator(config, api, leader, metrics, me, bind_threads)
     metrics.registry.register(HamiCollector(lambda: allocator.cache.snapshot()))
     metrics.registry.register(PendingCollector(lambda: allocator.queue.pods()))
-    server = serve(metrics, metrics_bind,
+    server = serve_metrics(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()
 

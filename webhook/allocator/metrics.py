@@ -40,7 +40,7 @@ class Metrics:
             self.card_cores.labels(node, card).set(cores)
 
 
-def serve(metrics: Metrics, bind: str, healthy) -> ThreadingHTTPServer:
+def serve_metrics(metrics: Metrics, bind: str, healthy) -> ThreadingHTTPServer:
     family, address = listen_address("--metrics-bind", bind)
     registry = metrics.registry
 

@@ -43,13 +43,13 @@ log = logging.getLogger("webhook.extender")
 GC_YOUNG = 20_000  # allocations between young collections (Python's default: 700)
 
 
-def app(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
-    """The extender app over its cache, whose watches `serve` runs on its loop."""
+def build(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
+    """The extender app over its cache, whose watches `answer_until_stopped` runs on its loop."""
     cache = Cache(config)
     return ExtenderApp(Extender(config, cache, api), metrics_page(cache.core.snapshot)), cache
 
 
-async def serve(application: ExtenderApp, cache: Cache, sock: socket.socket,
+async def answer_until_stopped(application: ExtenderApp, cache: Cache, sock: socket.socket,
                 pages_sock: socket.socket | None = None) -> None:
     """Answer on `sock` (and the pages alone on `pages_sock`) until SIGTERM or SIGINT, then
     stop gracefully."""
@@ -91,11 +91,11 @@ def run(config: Config, kubeconfig: str | None, bind: str, metrics_bind: str | N
     sock = _listening("--bind", bind)
     pages_sock = _listening("--metrics-bind", metrics_bind) if metrics_bind else None
     gc.set_threshold(GC_YOUNG)
-    application, cache = app(config, Api.from_kubeconfig(kubeconfig))
+    application, cache = build(config, Api.from_kubeconfig(kubeconfig))
     log.info("extender: scheduler %s, listening on %s%s, listing nodes and pods",
              config.scheduler_name, bind, f" (pages on {metrics_bind})" if metrics_bind else "")
     try:
-        uvloop.run(serve(application, cache, sock, pages_sock))
+        uvloop.run(answer_until_stopped(application, cache, sock, pages_sock))
     finally:
         application.close()
         for s in (sock, pages_sock):
