@@ -1,18 +1,25 @@
+from typing import NamedTuple
+
 import pytest
 
 from tests.extender.messages import handler_setup
 from tests.harness.allocator import ALLOCATOR_USER
-from tests.harness.extender import start_stack
+from tests.harness.extender import Process, start_stack
 from tests.harness.kube import ADMIN
 from tests.harness.wait import wait_for
+
+
+class Stack(NamedTuple):
+    extender: Process
+    scheduler: Process  # kube-scheduler
 
 
 @pytest.fixture
 def setup():
     """The extender app on a cache fed by hand and a fake API (tests/extender/messages.py)."""
-    client, cache, api = handler_setup()
-    yield client, cache, api
-    client.close()
+    setup = handler_setup()
+    yield setup
+    setup.client.close()
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +29,7 @@ def stack(kube_cluster, admin, tmp_path_factory):
     extender, scheduler = start_stack(kube_cluster, workdir, ALLOCATOR_USER, ADMIN)
     try:
         wait_for(scheduler.healthy, 60, what="kube-scheduler /healthz")
-        yield extender, scheduler
+        yield Stack(extender, scheduler)
     finally:
         codes = scheduler.stop(), extender.stop()
         for p in (scheduler, extender):

@@ -4,6 +4,7 @@ handler tests (the Go structs have no json tags: the keys are the Go field names
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from tests.builders import mt_node, sched_pod, slice_
 from tests.harness.app_client import AppClient
@@ -17,16 +18,21 @@ from webhook.observe.hami_metrics import metrics_page
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
 
 
-def handler_setup():
-    """(a client of the extender app, the cache with nodes s4 (2 S4000 cards) and s5 (2
-    S5000), fake API)."""
+class HandlerSetup(NamedTuple):
+    client: AppClient  # of the extender app
+    cache: Cache  # with nodes s4 (2 S4000 cards) and s5 (2 S5000)
+    api: FakeApi
+
+
+def handler_setup() -> HandlerSetup:
+    """The extender app on a cache fed by hand, binding through a fake API."""
     api = FakeApi()
     cache = Cache(CONFIG)
     nodes = [mt_node("s4", cards=2, units=96), mt_node("s5", cards=2, units=160)]
     cache.apply("node", "RESET", nodes)
     cache.apply("pod", "RESET", [])
     cache.apply(WAITING, "RESET", [])
-    return extender_client(cache, api), cache, api
+    return HandlerSetup(extender_client(cache, api), cache, api)
 
 
 def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,

@@ -18,7 +18,7 @@ def bind(client, cache, api, p, node):
     assert client.post("/bind", json=bind_args(p, node)).get_json() == {"Error": ""}
     bound = json.loads(json.dumps(p))
     bound["spec"]["nodeName"] = node
-    bound["metadata"]["annotations"].update(api.bindings()[-1][2]["metadata"]["annotations"])
+    bound["metadata"]["annotations"].update(api.bindings()[-1].body["metadata"]["annotations"])
     bound["status"]["phase"] = "Running"
     cache.apply("pod", "MODIFIED", bound)
     return bound

@@ -140,7 +140,7 @@ def test_exclusive_takes_an_idle_card(setup):
     assert client.post("/bind", json=bind_args(a, "s4")).get_json() == {"Error": ""}
     ex = pending(api, pod(whole(1, 96)))
     assert client.post("/bind", json=bind_args(ex, "s4")).get_json() == {"Error": ""}
-    ann = api.bindings()[-1][2]["metadata"]["annotations"]
+    ann = api.bindings()[-1].body["metadata"]["annotations"]
     assert ann["hami.io/mthreads-vgpu-devices-allocated"] == "s4-mthreads-1,Mthreads,49152,16:;"
     ex2 = pending(api, pod(whole(1, 96)))
     body = client.post("/filter", json=args(ex2, ["s4"])).get_json()

@@ -51,9 +51,9 @@ def test_the_count_goes_up_and_stops_at_the_limit(setup):
         got = api.patches()
         if len(got) > len(seen):
             seen = got
-            p["metadata"].setdefault("annotations", {})[REQUEUES] = got[-1][2]["metadata"]["annotations"][REQUEUES]
+            p["metadata"].setdefault("annotations", {})[REQUEUES] = got[-1].body["metadata"]["annotations"][REQUEUES]
             pending(api, p)  # the patch, as the API server would hold it
-    assert [c[2]["metadata"]["annotations"][REQUEUES] for c in seen] == ["1", "2", "3", "4", "5"]
+    assert [c.body["metadata"]["annotations"][REQUEUES] for c in seen] == ["1", "2", "3", "4", "5"]
 
 
 def test_no_requeue_when_no_node_has_room(setup):

@@ -48,7 +48,7 @@ def test_bind_writes_the_cards_the_filter_reserved(setup):
     assert filtered(client, p, ["s4"])["NodeNames"] == ["s4"]
     card = cache.core.share(p["metadata"]["uid"]).cards[0].card
     assert client.post("/bind", json=bind_args(p, "s4")).get_json() == {"Error": ""}
-    ann = api.bindings()[-1][2]["metadata"]["annotations"]
+    ann = api.bindings()[-1].body["metadata"]["annotations"]
     assert ann[ALLOCATED] == f"{card},Mthreads,16384,4:;"
 
 
@@ -59,7 +59,7 @@ def test_bind_on_another_node_releases_and_decides_there(setup):
     assert filtered(client, p, ["s4", "s4b"])["NodeNames"] == ["s4"]  # idle both: by name
     uid = p["metadata"]["uid"]
     assert client.post("/bind", json=bind_args(p, "s4b")).get_json() == {"Error": ""}
-    assert api.bindings()[-1][2]["target"]["name"] == "s4b"
+    assert api.bindings()[-1].body["target"]["name"] == "s4b"
     assert cache.core.card("s4-mthreads-0").idle and cache.core.share(uid).node == "s4b"
 
 

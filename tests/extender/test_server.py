@@ -10,23 +10,30 @@ import json
 import socket
 import threading
 import time
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.builders import sched_pod, slice_
 from tests.harness.allocator import ALLOCATOR_USER
-from tests.harness.extender import start_extender
+from tests.harness.extender import Process, start_extender
+
+
+class Served(NamedTuple):
+    process: Process
+    host: str
+    port: int
 
 
 @pytest.fixture(scope="module")
 def extender(kube_cluster, admin, tmp_path_factory):
-    """(the extender process, its host, its port); stopped by PID, and must exit 0. `admin`
+    """The extender process, its host and port; stopped by PID, and must exit 0. `admin`
     grants its RBAC."""
     process, url = start_extender(kube_cluster, tmp_path_factory.mktemp("server"), ALLOCATOR_USER)
     u = urlsplit(url)
     try:
-        yield process, u.hostname, u.port
+        yield Served(process, u.hostname, u.port)
     finally:
         code = process.stop()
         print(f"--- extender log (tail) ---\n{process.tail(30)}")

@@ -9,6 +9,7 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from typing import NamedTuple
 
 import pytest
 
@@ -24,9 +25,14 @@ from webhook.scheduling import reasons
 pytestmark = pytest.mark.cluster
 
 
+class Urls(NamedTuple):
+    verbs: str  # the loopback listener: filter, prioritize, preempt, bind
+    pages: str  # --metrics-bind: /metrics, /healthz, /readyz only
+
+
 @pytest.fixture(scope="module")
 def extender(kube_cluster, admin, tmp_path_factory):
-    """(verbs URL, pages URL) of a started extender; stopped by PID at the end."""
+    """The URLs of a started extender; stopped by PID at the end."""
     workdir = tmp_path_factory.mktemp("trust")
     config = workdir / "config.yaml"
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
@@ -37,7 +43,7 @@ def extender(kube_cluster, admin, tmp_path_factory):
                    workdir / "extender.log", f"http://127.0.0.1:{pages_port}/readyz").start()
     try:
         wait_for(proc.healthy, 60, what="extender /readyz on its pages port")
-        yield f"http://127.0.0.1:{verbs_port}", f"http://127.0.0.1:{pages_port}"
+        yield Urls(f"http://127.0.0.1:{verbs_port}", f"http://127.0.0.1:{pages_port}")
     finally:
         code = proc.stop()
         print(f"--- extender.log (tail) ---\n{proc.tail(30)}")

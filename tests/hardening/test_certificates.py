@@ -17,6 +17,7 @@ import ssl
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import requests
@@ -101,6 +102,11 @@ def served(port: int, ca_file: str | None = None) -> bytes:
             return s.getpeercert(binary_form=True)
 
 
+class Shared(NamedTuple):
+    volume: SecretVolume  # the Secret's files the server reads
+    server: WebhookProcess
+
+
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("certificates")
@@ -113,7 +119,7 @@ def shared_server(tmp_path_factory):
     server.ca = volume.ca_file
     server.session.verify = volume.ca_file
     server.start()
-    yield volume, server
+    yield Shared(volume, server)
     server.session.close()  # no kept-alive connection for the worker to linger on
     server.stop()
 

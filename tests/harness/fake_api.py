@@ -7,8 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import NamedTuple
 
 from webhook.kube.api import ApiError, Reply
+
+
+class Call(NamedTuple):
+    """One call the fake API was made, as it recorded it."""
+
+    method: str
+    path: str
+    body: dict | None
 
 
 class FakeApi:
@@ -18,7 +27,7 @@ class FakeApi:
         self.raise_error = False
         self.read_error = False  # GETs fail as if the server were unreachable
         self.delay = 0.0
-        self.calls: list[tuple[str, str, dict | None]] = []
+        self.calls: list[Call] = []
         self.pods: dict[tuple[str, str], dict] = {}
         self.lock = threading.Lock()
 
@@ -30,7 +39,7 @@ class FakeApi:
 
     def _record(self, method, path, body) -> None:
         with self.lock:
-            self.calls.append((method, path, body))
+            self.calls.append(Call(method, path, body))
 
     def _answer(self, method, path, body) -> Reply:
         parts = path.split("/")
@@ -57,10 +66,10 @@ class FakeApi:
         return Reply(self.status, {"message": f"HTTP {self.status}"})
 
     def bindings(self):
-        return [c for c in self.calls if c[0] == "POST" and c[1].endswith("/binding")]
+        return [c for c in self.calls if c.method == "POST" and c.path.endswith("/binding")]
 
     def patches(self):
-        return [c for c in self.calls if c[0] == "PATCH"]
+        return [c for c in self.calls if c.method == "PATCH"]
 
     async def watch(self, *a, **kw):
         raise ApiError("the fake API has no watches")

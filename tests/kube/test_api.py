@@ -13,7 +13,9 @@ import ssl
 import subprocess
 import sys
 import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from kubernetes import client
@@ -149,10 +151,15 @@ def _proxied(server) -> client.Configuration:
     return cfg
 
 
+
+class TlsServer(NamedTuple):
+    server: ThreadingHTTPServer
+    ca_file: str
+
 @pytest.fixture
 def tls_server(tmp_path):
     """The recorder behind TLS, with a certificate for apiserver.invalid (made by the `certs`
-    command); (server, CA file)."""
+    command), and the CA file that trusts it."""
     subprocess.run([str(Path(sys.executable).parent / "mthreads-webhook"), "certs", "--out",
                     str(tmp_path), "--service", "apiserver", "--namespace", "invalid"],
                    check=True, capture_output=True, timeout=60)
@@ -160,7 +167,7 @@ def tls_server(tmp_path):
     ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
     srv = serve()
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    yield srv, str(tmp_path / "ca.crt")
+    yield TlsServer(srv, str(tmp_path / "ca.crt"))
     srv.shutdown()
     srv.server_close()
 
