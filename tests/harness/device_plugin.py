@@ -71,6 +71,7 @@ class Call:
     resource: str
     device_ids: list[str]
     pod: str = ""  # namespace/name found for it
+    uid: str = ""
     container: int = -1
     cards: list[int] = field(default_factory=list)  # indexes answered
     error: str = ""
@@ -231,9 +232,10 @@ class FakeDevicePlugin:
             with open(self.workdir / "calls.log", "a") as log:
                 log.write(json.dumps(call.__dict__) + "\n")
 
-    def calls_for(self, namespace: str, name: str) -> list[Call]:
+    def calls_for(self, uid: str) -> list[Call]:
+        """The calls answered for the pod of this uid."""
         with self._lock:
-            return [c for c in self.calls if c.pod == f"{namespace}/{name}"]
+            return [c for c in self.calls if c.uid == uid]
 
     def errors(self) -> list[Call]:
         with self._lock:
@@ -268,6 +270,7 @@ class FakeDevicePlugin:
                 else:
                     continue
                 call.pod, call.container = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", index
+                call.uid = pod["metadata"]["uid"]
                 cards = self._check(pod, index, resource, want)  # AllocationError when they disagree
                 call.cards = cards
                 served.add((index, resource))

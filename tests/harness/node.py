@@ -561,10 +561,11 @@ oom_score = 0
 
     # -- kubelet, kube-proxy -------------------------------------------------------------------
 
-    def _cgroups(self) -> list[Path]:
+    def _cgroups(self, unified: bool = False) -> list[Path]:
+        """The cgroup v1 hierarchies (and the v2 one of a hybrid host, where runc makes ours too)."""
         roots = []
         for d in Path("/sys/fs/cgroup").iterdir():
-            if d.name == "unified" or not (d / "cgroup.procs").exists():
+            if (d.name == "unified" and not unified) or not (d / "cgroup.procs").exists():
                 continue
             roots.append(d)
         return roots
@@ -678,7 +679,7 @@ oom_score = 0
         wait_for(gone, 90, 0.5, what="every pod and container gone from the node")
 
     def _remove_cgroups(self) -> None:
-        for root in self._cgroups():
+        for root in self._cgroups(unified=True):
             mine = root / CGROUP_ROOT
             if not mine.exists():
                 continue
