@@ -52,7 +52,12 @@ main() {
   local kube root key dest rootfs
   ensure_packages "${PACKAGES[@]}"
   kube=$("$REPO_ROOT/hack/kube-assets.sh" | tail -n 1)
-  [[ -x $kube/kubelet && -x $kube/pause ]] || die "$kube has no kubelet or pause (KUBEBUILDER_ASSETS without the node's binaries?)"
+  if [[ ! -x $kube/kubelet || ! -x $kube/pause || ! -f $kube/deviceplugin-v1beta1.proto ]]; then
+    # a KUBEBUILDER_ASSETS of the API server alone: the node's binaries are built as without it
+    log "$kube has not the node's binaries: building them into the cache"
+    kube=$(env -u KUBEBUILDER_ASSETS "$REPO_ROOT/hack/kube-assets.sh" | tail -n 1)
+  fi
+  [[ -x $kube/kubelet && -x $kube/pause ]] || die "$kube has no kubelet or pause"
   root=${XDG_CACHE_HOME:-$HOME/.cache}/mthreads-webhook
   key=$(cat "$kube/pause" "$kube/kube-scheduler" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
   dest=$root/node-images-$key
