@@ -69,8 +69,9 @@ COMPONENT_USERS = {
 SYSCTLS = ("kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "net/ipv4/ip_forward",
            "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables",
            "net/bridge/bridge-nf-call-ip6tables")
-HOST_DIRS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni",
-             "/run/containerd", "/etc/cni", "/opt/cni")
+HOST_DIRS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd")
+# Shared with other CNI users (podman's networks): removed when made here and left empty.
+SHARED_DIRS = ("/var/lib/cni/results", "/var/lib/cni", "/etc/cni", "/opt/cni")
 
 
 class NodeUnavailable(RuntimeError):
@@ -157,6 +158,7 @@ class NodeCluster(LocalCluster):
         self._lock_fd: int | None = None
         self._sysctls: dict[str, str] = {}
         self._made_dirs: list[str] = []
+        self._made_shared: list[str] = []
         self._netns_before: set[str] = set()
         self._tables_before: set[str] = set()
         self._bridge_made = False
@@ -217,6 +219,7 @@ class NodeCluster(LocalCluster):
         step("iptables", self._clean_iptables)
         step("mounts", self._unmount)
         step("netns", self._remove_netns)
+        step("cni cache", self._remove_cni_cache)
         step("cgroups", self._remove_cgroups)
         step("bridge", self._remove_bridge)
         step("sysctls", self._restore_sysctls)
@@ -264,6 +267,7 @@ class NodeCluster(LocalCluster):
             if value is not None:
                 self._sysctls[key] = value
         self._made_dirs = [d for d in HOST_DIRS if not os.path.lexists(d)]
+        self._made_shared = [d for d in SHARED_DIRS if not os.path.lexists(d)]
         self._netns_before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
         self._tables_before = self._nft_tables()
         if os.path.exists("/var/lib/kubelet/device-plugins/kubelet.sock"):
@@ -277,12 +281,35 @@ class NodeCluster(LocalCluster):
                 path.write_text(value + "\n")
         self._sysctls = {}
 
+    def _remove_cni_cache(self) -> None:
+        """libcni's cache of our sandboxes' networks, left when a sandbox was not torn down
+        (a pod still there at stop): our network's entries and the loopback ones of the same ids."""
+        results = Path("/var/lib/cni/results")
+        if not results.is_dir():
+            return
+        for entry in results.glob("mthreads-node-*-eth0"):
+            sandbox = entry.name[len("mthreads-node-"):-len("-eth0")]
+            entry.unlink(missing_ok=True)
+            (results / f"cni-loopback-{sandbox}-lo").unlink(missing_ok=True)
+
     def _remove_dirs(self) -> None:
         for d in self._made_dirs:
             shutil.rmtree(d, ignore_errors=True)
             if os.path.lexists(d):
                 raise RuntimeError(f"could not remove {d}")
         self._made_dirs = []
+        for d in self._made_shared:  # in order: /var/lib/cni/results before /var/lib/cni
+            for sub in sorted((p for p in Path(d).rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
+                              reverse=True) if os.path.isdir(d) else ():
+                try:
+                    sub.rmdir()  # empty ones only: another CNI user's files stay
+                except OSError:
+                    pass
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        self._made_shared = []
 
     # -- network -------------------------------------------------------------------------------
 
@@ -672,10 +699,18 @@ oom_score = 0
 
         # Deployments would make new pods: scale what controllers run to nothing first.
         apps = k.AppsV1Api(self.api_client(ADMIN))
+
+        def gone_already(delete, *args):  # the garbage collector may be there first
+            try:
+                delete(*args, propagation_policy="Background")
+            except k.ApiException as e:
+                if e.status != 404:
+                    raise
+
         for d in apps.list_deployment_for_all_namespaces().items:
-            apps.delete_namespaced_deployment(d.metadata.name, d.metadata.namespace, propagation_policy="Background")
+            gone_already(apps.delete_namespaced_deployment, d.metadata.name, d.metadata.namespace)
         for rs in apps.list_replica_set_for_all_namespaces().items:
-            apps.delete_namespaced_replica_set(rs.metadata.name, rs.metadata.namespace, propagation_policy="Background")
+            gone_already(apps.delete_namespaced_replica_set, rs.metadata.name, rs.metadata.namespace)
         wait_for(gone, 90, 0.5, what="every pod and container gone from the node")
 
     def _remove_cgroups(self) -> None:
