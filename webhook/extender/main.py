@@ -50,7 +50,7 @@ def build(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
 
 
 async def answer_until_stopped(application: ExtenderApp, cache: Cache, sock: socket.socket,
-                pages_sock: socket.socket | None = None) -> None:
+                               pages_sock: socket.socket | None = None) -> None:
     """Answer on `sock` (and the pages alone on `pages_sock`) until SIGTERM or SIGINT, then
     stop gracefully."""
     servers = [HttpServer(application.respond)]
