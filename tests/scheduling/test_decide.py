@@ -298,16 +298,15 @@ def full_scan(p, request, state, config, held=None):
     """The decision as SPEC 4 states it: every node checked, the policy's best of those that fit.
     `held`: uid -> bound pod, for the test's own sums against allocatable."""
     from webhook.scheduling.card_fit import card_ids, fit_cards, need_of
-    from webhook.scheduling.node_fit import node_reason
-    from webhook.scheduling.resources import pod_requests
+    from webhook.scheduling.feasible import node_reasons
     from webhook.scheduling.score import best_node, policies
     node_policy, gpu_policy = policies(p, config)
     ann = p["metadata"].get("annotations") or {}
     need = need_of(request, card_ids(ann.get(keys.USE_CARDS)), card_ids(ann.get(keys.NOUSE_CARDS)))
     fitting, chosen = [], {}
+    refused = node_reasons(p, state)
     for info in state.nodes.values():
-        if node_reason(p["spec"], info.obj, info.allocatable, state.requested_on(info.name),
-                       pod_requests(p)):
+        if refused[info.name]:
             continue
         on_node = [q for q in (held or {}).values() if q["spec"]["nodeName"] == info.name]
         if not within_allocatable(p, info.obj, on_node):

@@ -29,7 +29,7 @@ from ..kube.leader import LeaderElector
 from ..kube.reporter import Reporter
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
-from ..scheduling.cache import DROPPED, READ, Phase, SchedulerCache
+from ..scheduling.cache import DROPPED, READ, STORAGE_KINDS, Phase, SchedulerCache
 from ..scheduling.decide import NoFit, Placement, place
 from ..scheduling.pod_status import LIVE_PODS, is_bound, is_finished, uid_of
 from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue
@@ -60,7 +60,8 @@ class Allocator:
         self._reset()
 
     def _reset(self) -> None:
-        self.cache = SchedulerCache(self.config.mthreads)
+        self.cache = SchedulerCache(self.config.mthreads,
+                                    kinds=("node", "pod") + STORAGE_KINDS)
         self.queue = PendingQueue(self.config.scheduler_name, self.backoff, lambda: self.clock())
         self.reading: set[str] = set()  # uncertain pods whose re-read is under way
         self.last_read: dict[str, float] = {}  # uid -> monotonic of its last re-read
@@ -76,7 +77,8 @@ class Allocator:
         self.session += 1
         self._reset()
         log.info("leading: listing nodes and pods before deciding")
-        self.informers = watch_cluster(self.api, self.events.put, self.session, LIVE_PODS)
+        self.informers = watch_cluster(self.api, self.events.put, self.session, LIVE_PODS,
+                                       storage=True)
 
     def _end_session(self) -> None:
         for i in self.informers:

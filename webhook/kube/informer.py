@@ -131,17 +131,23 @@ class Informer:
         return rv
 
 
-def cluster_watches(pods: str) -> list[tuple[str, str, str | None]]:
-    """(kind, path, fieldSelector) of the two watches a pod cache is fed from: every node, and
-    the pods the field selector `pods` selects."""
-    return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", pods)]
+# (kind, path) of the watches of the volumes a pod's claims name
+STORAGE_WATCHES = [("pvc", "/api/v1/persistentvolumeclaims"), ("pv", "/api/v1/persistentvolumes"),
+                   ("storageclass", "/apis/storage.k8s.io/v1/storageclasses")]
+
+
+def cluster_watches(pods: str, storage: bool = False) -> list[tuple[str, str, str | None]]:
+    """(kind, path, fieldSelector) of the watches a pod cache is fed from: every node, the pods
+    the field selector `pods` selects, and with `storage` every claim, volume and class."""
+    return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", pods)] + \
+        [(kind, path, None) for kind, path in STORAGE_WATCHES if storage]
 
 
 def watch_cluster(api: Api, emit: Callable[[tuple], None], session: int, pods: str,
-                  io: IoLoop | None = None) -> list[Informer]:
-    """The watches of `cluster_watches(pods)` on the I/O loop (`io`, else the process's), each
-    event handed on as `emit((session, kind, event, object))`."""
+                  storage: bool = False, io: IoLoop | None = None) -> list[Informer]:
+    """The watches of `cluster_watches(pods, storage)` on the I/O loop (`io`, else the
+    process's), each event handed on as `emit((session, kind, event, object))`."""
     def emitter(kind: str) -> Callable[[str, object], None]:
         return lambda event, obj: emit((session, kind, event, obj))
     return [Informer(api, kind, path, selector, emitter(kind)).start(io)
-            for kind, path, selector in cluster_watches(pods)]
+            for kind, path, selector in cluster_watches(pods, storage)]

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+STORAGE_KINDS = ("pvc", "pv", "storageclass")  # the allocator's watches of volumes
 READ, DROPPED = "read", "dropped"  # what a refused binding leaves to do (binding_refused)
 
 
@@ -90,15 +91,18 @@ class Snapshot(NamedTuple):
 
 
 class SchedulerCache:
-    def __init__(self, mt: MthreadsConfig, shows_unbound: bool = True):
+    def __init__(self, mt: MthreadsConfig, shows_unbound: bool = True,
+                 kinds: tuple[str, ...] = ("node", "pod")):
         """`shows_unbound`: the pod watch shows unbound pods too (the allocator's: a relist
-        then tells which assumed pods still wait); False: bound pods only (the extender's)."""
+        then tells which assumed pods still wait); False: bound pods only (the extender's).
+        `kinds`: the watches it is fed from, each listed before it is `ready`."""
         self._lock = threading.RLock()
         self._state = ClusterState(mt)
         self._bound = BoundPods()
         self._facts: dict[str, tuple[int, bool]] = {}  # bound uid -> (priority, terminating)
         self._assumed: dict[str, Assumed] = {}
-        self._listed: set[str] = set()  # the kinds listed at least once: "node", "pod"
+        self._kinds = frozenset(kinds)
+        self._listed: set[str] = set()  # the kinds listed at least once
         self._warned: set[str] = set()  # pods whose unreadable annotation was logged
         self._shows_unbound = shows_unbound
 
@@ -108,6 +112,8 @@ class SchedulerCache:
         with self._lock:
             if kind == "node":
                 self._state.node_event(event, obj)
+            elif kind in STORAGE_KINDS:
+                self._state.storage_event(kind, event, obj)
             elif event == "RESET":
                 self._relist(cast("list[JsonObject]", obj))
             elif event == "DELETED":
@@ -119,9 +125,9 @@ class SchedulerCache:
 
     @property
     def ready(self) -> bool:
-        """Nodes and pods listed: usage is rebuilt, decisions may start."""
+        """Every watch listed: usage is rebuilt, decisions may start."""
         with self._lock:
-            return self._listed >= {"node", "pod"}
+            return self._listed >= self._kinds
 
     def _relist(self, pods: list[JsonObject]) -> None:
         keep = self._assumed

@@ -1,6 +1,7 @@
 """One decision: the node and cards for a pending pod, or the counted reasons why none fits.
 
-A plain function of the pod and the indexed state; it reads no other pod.
+A plain function of the pod and the indexed state (the other pods as the state's index holds
+them: feasible.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from ..pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
 from .card_fit import fit_cards, least_card, may_fit
+from .feasible import NodeChecks, node_checks
 from .inventory import Card
-from .node_fit import node_reason
+from .pod_facts import facts_of
 from .request import PodAsk
 from .resources import NO_DEVICES, Devices, Resources, pod_requests
 from .score import best_node, policies
@@ -43,14 +45,14 @@ class NoFit:
 def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> Placement | NoFit:
     """The node and cards for the pod (`ask`: what it asks, read once by request.request_of),
     or why none fits. A pod that breaks an admission rule is the caller's (`ask.invalid`)."""
-    spec = pod.get("spec") or {}
     node_policy, gpu_policy = policies(pod, config)
-    wants = pod_requests(pod)
+    checks = node_checks(pod, state)
+    wants = checks.wants
     request, need = ask.request, ask.need
     kind = request.kind if request is not None else Kind.NONE
     devices = ask.device_requests if need is not None else NO_DEVICES
     if need is not None:
-        fit = first_fit(pod, ask, state, node_policy, gpu_policy)
+        fit = first_fit(pod, ask, state, node_policy, gpu_policy, checks=checks)
         if fit is not None:
             return fit
     # Nothing fits (or no cards are asked for): every node is read, for its reason.
@@ -58,7 +60,7 @@ def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> 
     named: dict[str, list[str]] = {}
     fitting, chosen = [], {}
     for info in state.nodes.values():
-        reason = node_reason(spec, info.obj, info.allocatable, state.requested_on(info.name), wants)
+        reason = checks.reason(info, state)
         cards: tuple[Card, ...] = ()
         if reason is None and need is not None:
             reason, cards = fit_node(need, devices, info, state, gpu_policy)
@@ -77,22 +79,28 @@ def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> 
 
 def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: str, gpu_policy: str,
               consider: Callable[[str], bool] | None = None,
-              node_rules: bool = True) -> Placement | None:
+              node_rules: bool = True, checks: NodeChecks | None = None) -> Placement | None:
     """The one walk of every decision that chooses cards: the nodes in the node policy's
     order, and the first that fits is the one best_node picks, so most decisions read a few
     nodes instead of all of them. `consider`: the nodes it may choose (by name; None: all);
-    `node_rules` False: the node's own rules are someone else's (kube-scheduler's, for the
-    extender's filter), only the cards and allocatable are checked."""
+    `node_rules` False: the node rules are someone else's (kube-scheduler's, for the
+    extender's filter), only the cards and allocatable are checked. `checks`: the node rules'
+    reading of this pod and state, when the caller has it."""
     need, devices = ask.need, ask.device_requests
     assert need is not None
-    spec, wants = pod.get("spec") or {}, pod_requests(pod)
+    if node_rules:
+        checks = checks or node_checks(pod, state)
+        if checks.refusal is not None:
+            return None
+        wants = checks.wants
+    else:
+        checks, wants = None, pod_requests(pod)
     for name in state.in_order(node_policy, *least_card(need)):
         if not may_fit(need, state.room[name]) or state.node_held_whole(name) \
                 or (consider is not None and not consider(name)):
             continue
         info = state.nodes[name]
-        if node_rules and node_reason(spec, info.obj, info.allocatable, state.requested_on(name),
-                                      wants):
+        if checks is not None and checks.reason(info, state):
             continue
         if not fits_allocatable(devices, info, state):  # the same test as fit_node's, sooner
             continue
@@ -125,5 +133,5 @@ def placement(pod: JsonObject, request: PodRequest | None, node: str, cards: tup
             if by_id[d.card].index not in order:
                 order.append(by_id[d.card].index)
     share = PodShare(uid, node, wants, card_shares(d for ds in devices for d in ds),
-                     device_requests=requested)
+                     device_requests=requested, pod=facts_of(pod))
     return Placement(node, tuple(devices), ",".join(str(i) for i in order), share)

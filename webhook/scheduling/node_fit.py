@@ -1,7 +1,7 @@
-"""Can a node run the pod at all? Readiness, cordon, taints, selector, affinity, cpu/memory/pods.
-
-The checks run in a fixed order and the first that fails is the node's reason, as
-kube-scheduler's filters do.
+"""Can a node run the pod at all, by its own rules (readiness, cordon, taints, selector, node
+affinity) and by what its allocatable leaves? The rules that read the other pods are in
+pod_affinity.py, topology_spread.py and volumes.py; feasible.py runs them all in
+kube-scheduler's order.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from . import reasons
 from .resources import Resources
 
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 def is_ready(node: JsonObject) -> bool:
@@ -114,20 +115,27 @@ def matches_selector_and_affinity(pod_spec: JsonObject, node: JsonObject) -> boo
     return any(term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or ())
 
 
-def node_reason(pod_spec: JsonObject, node: JsonObject, allocatable: Resources,
-                requested: Resources, wants: Resources) -> str | None:
-    """None when the node can run the pod, else the reason string."""
-    reason = node_rules_reason(pod_spec, node)
-    if reason is not None:
-        return reason
-    free = allocatable - requested
-    if wants.pods > free.pods:
+def resources_reason(wants: Resources, allocatable: Resources, requested: Resources,
+                     counted_elsewhere: tuple[str, ...]) -> str | None:
+    """kube-scheduler 1.20's NodeResourcesFit: the pod count, then (when the pod requests
+    anything) cpu, memory, ephemeral storage and every other resource it requests, each against
+    what allocatable leaves. `counted_elsewhere`: resources other checks count (the Mthreads
+    resources: the cards and allocatable.py)."""
+    if wants.pods + requested.pods > allocatable.pods:
         return reasons.TOO_MANY_PODS
-    # like kube-scheduler, a pod that requests none of a resource is not refused for it
-    if wants.cpu_milli and wants.cpu_milli > free.cpu_milli:
+    if not (wants.cpu_milli or wants.memory_bytes or wants.other):
+        return None
+    if allocatable.cpu_milli < wants.cpu_milli + requested.cpu_milli:
         return reasons.INSUFFICIENT_CPU
-    if wants.memory_bytes and wants.memory_bytes > free.memory_bytes:
+    if allocatable.memory_bytes < wants.memory_bytes + requested.memory_bytes:
         return reasons.INSUFFICIENT_MEMORY
+    if allocatable.amount(EPHEMERAL_STORAGE) < \
+            wants.amount(EPHEMERAL_STORAGE) + requested.amount(EPHEMERAL_STORAGE):
+        return reasons.insufficient(EPHEMERAL_STORAGE)
+    for name, amount in wants.other:
+        if name != EPHEMERAL_STORAGE and name not in counted_elsewhere and \
+                allocatable.amount(name) < amount + requested.amount(name):
+            return reasons.insufficient(name)
     return None
 
 

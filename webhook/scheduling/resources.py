@@ -19,19 +19,43 @@ _SUFFIX: dict[str, int | Decimal] = {
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
 
 
+_OWN_FIELDS = ("cpu", "memory", "pods")
+
+Amounts: TypeAlias = tuple[tuple[str, int], ...]  # (resource name, whole units), sorted by name
+
+
 @dataclass(frozen=True)
 class Resources:
     cpu_milli: int = 0
     memory_bytes: int = 0
     pods: int = 0
+    # every other resource (ephemeral-storage, hugepages-*, extended resources such as an RDMA
+    # device), in whole units (bytes for storage and hugepages); most pods and nodes have none.
+    # The Mthreads resources are among them, but the cards and `Devices` count those.
+    other: Amounts = ()
 
     def __add__(self, other: "Resources") -> "Resources":
         return Resources(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes,
-                         self.pods + other.pods)
+                         self.pods + other.pods, _combine(self.other, other.other, 1))
 
     def __sub__(self, other: "Resources") -> "Resources":
         return Resources(self.cpu_milli - other.cpu_milli, self.memory_bytes - other.memory_bytes,
-                         self.pods - other.pods)
+                         self.pods - other.pods, _combine(self.other, other.other, -1))
+
+    def amount(self, name: str) -> int:
+        for n, v in self.other:
+            if n == name:
+                return v
+        return 0
+
+
+def _combine(a: Amounts, b: Amounts, sign: int) -> Amounts:
+    if not b:
+        return a
+    summed = dict(a)
+    for name, v in b:
+        summed[name] = summed.get(name, 0) + sign * v
+    return tuple(sorted((n, v) for n, v in summed.items() if v))
 
 
 def quantity(raw: object) -> Decimal | None:
@@ -80,22 +104,33 @@ def _container_requests(c: JsonObject) -> Resources:
     # kube-apiserver copies limits into missing requests; do the same for pods read before defaulting
     lim = (res or {}).get("limits") or {}
     return Resources(cpu_milli(req.get("cpu", lim.get("cpu"))),
-                     memory_bytes(req.get("memory", lim.get("memory"))))
+                     memory_bytes(req.get("memory", lim.get("memory"))), 0,
+                     _amounts({**lim, **req}) if len(req) + len(lim) > 0 else ())
+
+
+def _amounts(listed: JsonObject) -> Amounts:
+    return tuple(sorted((n, v) for n, raw in listed.items()
+                        if n not in _OWN_FIELDS and (v := whole_units(raw))))
 
 
 def pod_requests(pod: JsonObject) -> Resources:
-    """max(sum of app containers, max of init containers) + overhead, and one pod slot."""
+    """max(sum of app containers, max of init containers) + overhead, and one pod slot, as
+    kube-scheduler's NodeResourcesFit counts them."""
     spec = pod.get("spec") or {}
     app = Resources()
     for c in spec.get("containers") or ():
         app = app + _container_requests(c)
-    cpu, memory = app.cpu_milli, app.memory_bytes
+    cpu, memory, other = app.cpu_milli, app.memory_bytes, dict(app.other)
     for c in spec.get("initContainers") or ():
         r = _container_requests(c)
         cpu, memory = max(cpu, r.cpu_milli), max(memory, r.memory_bytes)
+        for name, v in r.other:
+            other[name] = max(other.get(name, 0), v)
     overhead = spec.get("overhead") or {}
+    for name, v in _amounts(overhead):
+        other[name] = other.get(name, 0) + v
     return Resources(cpu + cpu_milli(overhead.get("cpu")),
-                     memory + memory_bytes(overhead.get("memory")), 1)
+                     memory + memory_bytes(overhead.get("memory")), 1, tuple(sorted(other.items())))
 
 
 def node_allocatable(node: JsonObject) -> Resources:
@@ -103,7 +138,9 @@ def node_allocatable(node: JsonObject) -> Resources:
     alloc = status.get("allocatable") or status.get("capacity") or {}
     pods = quantity(alloc.get("pods"))
     return Resources(cpu_milli(alloc.get("cpu")), memory_bytes(alloc.get("memory")),
-                     int(pods) if pods is not None else 110)
+                     int(pods) if pods is not None else 110,
+                     tuple(sorted((n, _whole_or_zero(raw)) for n, raw in alloc.items()
+                                  if n not in _OWN_FIELDS)))
 
 
 @dataclass(frozen=True)

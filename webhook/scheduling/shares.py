@@ -17,6 +17,7 @@ from ..config import MthreadsConfig
 from ..hami import Device, EncodingError, decode
 from ..json_types import JsonObject
 from ..pods import resource_names
+from .pod_facts import PodFacts, facts_of
 from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class PodShare:
     # the Mthreads resources its containers request, as the kubelet sums them against allocatable
     device_requests: Devices = NO_DEVICES
     problem: str | None = None  # why the annotation could not be read, for the log
+    pod: PodFacts | None = None  # what the rules of the pods after it read of it
 
 
 def card_shares(devices: Iterable[Device]) -> tuple[CardShare, ...]:
@@ -70,10 +72,11 @@ def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
     meta = _meta(pod)
     uid, node = meta.get("uid", ""), (pod.get("spec") or {}).get("nodeName", "")
     resources, requested = requests or (pod_requests(pod), device_requests(pod, names))
+    facts = facts_of(pod)
     ann = meta.get("annotations") or {}
     text = ann.get(keys.ALLOCATED)
     if text is None:
-        return PodShare(uid, node, resources, device_requests=requested)
+        return PodShare(uid, node, resources, device_requests=requested, pod=facts)
     try:
         containers = decode(text) if isinstance(text, str) else None
         if containers is None:
@@ -82,13 +85,13 @@ def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
             raise EncodingError(f"an entry has no card id in {text!r}")
         return PodShare(uid, node, resources,
                         card_shares(d for devices in containers for d in devices),
-                        device_requests=requested)
+                        device_requests=requested, pod=facts)
     except EncodingError as e:
-        return _garbled(uid, node, resources, requested, ann, str(text), str(e))
+        return _garbled(uid, node, resources, requested, ann, str(text), str(e), facts)
 
 
 def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: JsonObject,
-             text: str, why: str) -> PodShare:
+             text: str, why: str, facts: PodFacts) -> PodShare:
     named = set(_CARD_ID.findall(text))
     index = ann.get(keys.GPU_INDEX)
     if isinstance(index, str):
@@ -96,5 +99,6 @@ def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: J
     problem = f"unreadable {keys.ALLOCATED} ({why})"
     if named:
         return PodShare(uid, node, resources, tuple(CardShare(c, 0, 0, whole=True) for c in sorted(named)),
-                        device_requests=devices, problem=problem)
-    return PodShare(uid, node, resources, whole_node=True, device_requests=devices, problem=problem)
+                        device_requests=devices, problem=problem, pod=facts)
+    return PodShare(uid, node, resources, whole_node=True, device_requests=devices, problem=problem,
+                    pod=facts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, cast
+from typing import Callable, Iterable, Iterator, Mapping, cast
 
 from sortedcontainers import SortedList
 
@@ -18,6 +18,7 @@ from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from ..pods import resource_names
 from .inventory import NodeCards, node_cards
+from .pod_index import PodIndex
 from .resources import (
     NO_DEVICES,
     DeviceLimits,
@@ -27,6 +28,7 @@ from .resources import (
     node_allocatable,
 )
 from .shares import PodShare
+from .volumes import Storage
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +76,12 @@ class ClusterState:
         self.mt = mt
         self.names = resource_names(mt)
         self.nodes: dict[str, NodeInfo] = {}
+        self.labels: dict[str, Mapping[str, str]] = {}  # each node's labels (topology pairs)
         self.shares: dict[str, PodShare] = {}
         self.cards: dict[str, CardUsage] = {}  # by card id, also for cards of nodes not seen yet
         self.node_usage: dict[str, NodeUsage] = {}
+        self.pods = PodIndex()  # what the pods on each node show the rules of other pods
+        self.storage = Storage()  # claims, volumes and classes (the allocator's watches)
         # Bumped whenever room may have appeared (a share freed, a node added or changed):
         # pods that did not fit are retried only then.
         self.generation = 0
@@ -149,6 +154,7 @@ class ClusterState:
         info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node),
                         device_allocatable(node, self.names))
         self.nodes[name] = info
+        self.labels[name] = (node.get("metadata") or {}).get("labels") or {}
         _log_problem(name, old.cards.problem if old else None, info.cards.problem)
         changed = old is None or _fingerprint(old.obj) != _fingerprint(node)
         # the offer is read from what the fingerprint holds: a heartbeat formats no text
@@ -161,11 +167,13 @@ class ClusterState:
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
+            self.labels.pop(name, None)
             self._reindex(name)
             self.generation += 1
 
     def replace_nodes(self, nodes: list[JsonObject]) -> None:
         self.nodes.clear()
+        self.labels.clear()
         self.room.clear()
         for buckets in self._orders.values():
             buckets.clear()
@@ -181,6 +189,11 @@ class ClusterState:
             self.remove_node(cast(JsonObject, obj)["metadata"]["name"])
         else:
             self.set_node(cast(JsonObject, obj))
+
+    def storage_event(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> None:
+        """A claim, volume or class changed: a pod waiting for it may fit now."""
+        self.storage.apply(kind, event, obj)
+        self.generation += 1
 
     # shares
     def add(self, share: PodShare) -> None:
@@ -203,6 +216,7 @@ class ClusterState:
         self.shares.clear()
         self.cards.clear()
         self.node_usage.clear()
+        self.pods.clear()
         for name in list(self.room):
             self._reindex(name)
         self.generation += 1
@@ -212,6 +226,11 @@ class ClusterState:
         nu.requested = nu.requested + share.resources if sign > 0 else nu.requested - share.resources
         nu.devices = nu.devices + share.device_requests if sign > 0 else nu.devices - share.device_requests
         nu.whole_node += sign * share.whole_node
+        if share.pod is not None:
+            if sign > 0:
+                self.pods.add(share.uid, share.node, share.pod)
+            else:
+                self.pods.remove(share.uid, share.node, share.pod)
         for c in share.cards:
             cu = self.cards.setdefault(c.card, CardUsage())
             cu.memory_mib += sign * c.memory_mib

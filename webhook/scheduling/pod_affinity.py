@@ -1,0 +1,92 @@
+"""kube-scheduler 1.20's InterPodAffinity filter: the pod's required affinity and anti-affinity,
+and the required anti-affinity of the pods already placed, counted once per decision by
+topology pair (label key, value) and then checked per node against the node's labels.
+
+kube-scheduler's particulars kept here: a pod counts for the affinity terms only when it matches
+all of them; a pod whose affinity finds no pod anywhere may still go where the topology keys
+exist if it matches its own terms (the first pod of a group); a node without a term's topology
+key fails an affinity term but not an anti-affinity term.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Mapping
+
+from .pod_facts import AffinityTerm, PodFacts
+from .pod_index import PodIndex
+
+AFFINITY_RULES = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+Pair = tuple[str, str]  # (topology key, value)
+Labels = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class AffinityCounts:
+    affinity: tuple[AffinityTerm, ...]
+    anti_affinity: tuple[AffinityTerm, ...]
+    matched_affinity: Counter[Pair]
+    matched_anti_affinity: Counter[Pair]
+    existing_anti_affinity: Counter[Pair]
+    self_matches: bool  # the pod matches all its own affinity terms
+
+    @property
+    def idle(self) -> bool:
+        return not (self.affinity or self.anti_affinity or self.existing_anti_affinity)
+
+
+def affinity_counts(pod: PodFacts, affinity: tuple[AffinityTerm, ...], index: PodIndex,
+                    node_labels: Mapping[str, Labels]) -> AffinityCounts:
+    """The counts of a decision (PreFilter). `node_labels`: the labels of each node known."""
+    existing: Counter[Pair] = Counter()
+    for term, nodes in index.anti_affinity.items():
+        if term.selects(pod.namespace, pod.labels):
+            for node, n in nodes.items():
+                labels = node_labels.get(node)
+                if labels is not None and term.topology_key in labels:
+                    existing[(term.topology_key, labels[term.topology_key])] += n
+    anti = pod.anti_affinity
+    matched_affinity: Counter[Pair] = Counter()
+    matched_anti: Counter[Pair] = Counter()
+    if affinity or anti:
+        namespaces = set().union(*(t.namespaces for t in affinity + anti))
+        for ns in namespaces:
+            for node, other in (index.in_namespace.get(ns) or {}).values():
+                labels = node_labels.get(node)
+                if labels is None:
+                    continue
+                if affinity and all(t.selects(other.namespace, other.labels) for t in affinity):
+                    for t in affinity:
+                        if t.topology_key in labels:
+                            matched_affinity[(t.topology_key, labels[t.topology_key])] += 1
+                for t in anti:
+                    if t.topology_key in labels and t.selects(other.namespace, other.labels):
+                        matched_anti[(t.topology_key, labels[t.topology_key])] += 1
+    self_matches = bool(affinity) and all(t.selects(pod.namespace, pod.labels) for t in affinity)
+    return AffinityCounts(affinity, anti, matched_affinity, matched_anti, existing, self_matches)
+
+
+def affinity_reason(counts: AffinityCounts, labels: Labels) -> str | None:
+    """The node's answer (Filter): None when the pod may go there."""
+    if counts.affinity:
+        found = True
+        for t in counts.affinity:
+            value = labels.get(t.topology_key)
+            if value is None:
+                return AFFINITY_RULES
+            if counts.matched_affinity[(t.topology_key, value)] <= 0:
+                found = False
+        if not found and not (not counts.matched_affinity and counts.self_matches):
+            return AFFINITY_RULES
+    for t in counts.anti_affinity:
+        value = labels.get(t.topology_key)
+        if value is not None and counts.matched_anti_affinity[(t.topology_key, value)] > 0:
+            return ANTI_AFFINITY_RULES
+    for (key, value), n in counts.existing_anti_affinity.items():
+        if n > 0 and labels.get(key) == value:
+            return EXISTING_ANTI_AFFINITY
+    return None

@@ -1,0 +1,66 @@
+"""The pods on the nodes, indexed for the rules that read other pods: by node, by namespace, the
+host ports and inline disks in use per node, and the required anti-affinity terms of the pods
+already placed (one entry per distinct term: the replicas of a Deployment share one).
+
+Part of ClusterState (state.py), updated with the shares it counts, assumed ones included, so a
+decision sees the pods it placed a moment ago before the watch shows them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .pod_facts import AffinityTerm, HostPort, PodFacts
+
+
+class PodIndex:
+    def __init__(self) -> None:
+        self.on_node: dict[str, dict[str, PodFacts]] = {}  # node -> uid -> facts
+        self.in_namespace: dict[str, dict[str, tuple[str, PodFacts]]] = {}  # ns -> uid -> (node, facts)
+        self.ports: dict[str, Counter[HostPort]] = {}  # node -> host ports in use
+        self.disks: dict[str, Counter[tuple[object, ...]]] = {}  # node -> inline disks mounted
+        self.anti_affinity: dict[AffinityTerm, Counter[str]] = {}  # term -> node -> pods holding it
+
+    def add(self, uid: str, node: str, facts: PodFacts) -> None:
+        self.on_node.setdefault(node, {})[uid] = facts
+        self.in_namespace.setdefault(facts.namespace, {})[uid] = (node, facts)
+        if facts.ports:
+            self.ports.setdefault(node, Counter()).update(facts.ports)
+        if facts.disks:
+            self.disks.setdefault(node, Counter()).update(facts.disks)
+        for term in facts.anti_affinity:
+            self.anti_affinity.setdefault(term, Counter())[node] += 1
+
+    def remove(self, uid: str, node: str, facts: PodFacts) -> None:
+        _pop(self.on_node, node, uid)
+        _pop(self.in_namespace, facts.namespace, uid)
+        if facts.ports:
+            _subtract(self.ports, node, facts.ports)
+        if facts.disks:
+            _subtract(self.disks, node, facts.disks)
+        for term in facts.anti_affinity:
+            _subtract(self.anti_affinity, term, (node,))
+
+    def clear(self) -> None:
+        for m in (self.on_node, self.in_namespace, self.ports, self.disks, self.anti_affinity):
+            m.clear()
+
+
+def _pop(m: dict, key: object, uid: str) -> None:  # type: ignore[type-arg]
+    inner = m.get(key)
+    if inner is not None:
+        inner.pop(uid, None)
+        if not inner:
+            del m[key]
+
+
+def _subtract(m: dict, key: object, items: tuple[object, ...]) -> None:  # type: ignore[type-arg]
+    counts = m.get(key)
+    if counts is None:
+        return
+    counts.subtract(items)
+    for item in items:
+        if counts[item] <= 0:
+            del counts[item]
+    if not counts:
+        del m[key]
