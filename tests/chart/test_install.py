@@ -196,6 +196,9 @@ def test_the_documents_commands(cluster, helm_run, tmp_path):
                  what="the chart's RBAC taking effect")
         assert can_i(cluster, ALLOCATOR_SA, "create", "pods", "--subresource=binding", "-n", "default")
         assert can_i(cluster, ALLOCATOR_SA, "watch", "nodes")
+        for claims_and_volumes in ("persistentvolumeclaims", "persistentvolumes",
+                                   "storageclasses.storage.k8s.io"):
+            assert can_i(cluster, ALLOCATOR_SA, "watch", claims_and_volumes, "-A")
         assert can_i(cluster, ALLOCATOR_SA, "update", "leases.coordination.k8s.io/mthreads-allocator", "-n", NS)
         assert not can_i(cluster, ALLOCATOR_SA, "create", "pods", "-n", "default")
         assert not can_i(cluster, ALLOCATOR_SA, "update", "leases.coordination.k8s.io/other", "-n", NS)

@@ -413,6 +413,10 @@ def test_allocator_mode_grants_the_allocator_exactly_what_it_calls():
         ("", "pods/binding", "create", ()),
         ("", "pods/status", "patch", ()),
         ("", "nodes", "get", ()), ("", "nodes", "list", ()), ("", "nodes", "watch", ()),
+        ("", "persistentvolumeclaims", "list", ()), ("", "persistentvolumeclaims", "watch", ()),
+        ("", "persistentvolumes", "list", ()), ("", "persistentvolumes", "watch", ()),
+        ("storage.k8s.io", "storageclasses", "list", ()),
+        ("storage.k8s.io", "storageclasses", "watch", ()),
         ("", "events", "create", ()), ("", "events", "patch", ())}
     assert rule_set(one(docs, "Role", "mthreads-allocator-leader-election")["rules"]) == {
         (LEASES, "leases", "create", ()), (LEASES, "leases", "get", ("mthreads-allocator",)),

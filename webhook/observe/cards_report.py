@@ -16,11 +16,21 @@ from ..config import MthreadsConfig
 from ..pods import is_mthreads_pod, resource_names
 from ..scheduling.bound import bound_pod
 from ..scheduling.inventory import node_cards
-from ..scheduling.pod_status import TERMINAL, is_bound, name_of, scheduled_condition
+from ..scheduling.pod_status import (
+    TERMINAL,
+    is_bound,
+    name_of,
+    scheduled_condition,
+    scheduling_gates,
+)
 from .card_views import CardView, card_views
 
 WIDTH = 80
 NO_REASON = "not decided yet (is the allocator running?)"
+
+
+def gated(gates: list[str]) -> str:
+    return f"gated: not scheduled until its scheduling gates are removed ({', '.join(gates)})"
 
 
 @dataclass(frozen=True)
@@ -62,7 +72,9 @@ def _pending(pods: list[dict], events: list[dict], mt: MthreadsConfig) -> list[P
         meta = p.get("metadata") or {}
         if is_bound(p) or meta.get("deletionTimestamp") or not is_mthreads_pod(p, names):
             continue
-        reason = latest.get(meta.get("uid", ""), ("", ""))[1] or _condition_message(p) or NO_REASON
+        gates = scheduling_gates(p)
+        reason = gated(gates) if gates else \
+            latest.get(meta.get("uid", ""), ("", ""))[1] or _condition_message(p) or NO_REASON
         out.append(Pending(name_of(p), reason))
     return sorted(out, key=lambda x: x.pod)
 

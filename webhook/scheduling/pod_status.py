@@ -30,6 +30,13 @@ def is_bound(pod: JsonObject) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
+def scheduling_gates(pod: JsonObject) -> list[str]:
+    """The names of the pod's scheduling gates (Kubernetes 1.26+): while one is left, no
+    scheduler may bind it (a queue manager such as Kueue removes them)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or ()
+    return [str(g.get("name", "")) if isinstance(g, dict) else str(g) for g in gates]
+
+
 def is_finished(pod: JsonObject) -> bool:
     """Its containers have stopped: it holds nothing (the kubelet counts it no more)."""
     return (pod.get("status") or {}).get("phase") in TERMINAL

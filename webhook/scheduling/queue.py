@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ..json_types import JsonObject
-from .pod_status import name_of, uid_of
+from .pod_status import name_of, scheduling_gates, uid_of
 from .priority import pod_priority
 
 RETRY_BACKSTOP = 30.0  # retry an unschedulable pod at least this often even if nothing changed
@@ -121,11 +121,12 @@ class PendingQueue:
 
     def due(self, generation: int) -> Iterator[JsonObject]:
         """The pods to try now, in queue order. A pod removed while the caller works through
-        them is skipped."""
+        them is skipped; a gated pod waits here, never tried, until its gates are removed
+        (an update of its spec)."""
         now = self.clock()
         for pod in sorted(self._pods.values(), key=queue_order):
             uid = uid_of(pod)
-            if uid not in self._pods:
+            if uid not in self._pods or scheduling_gates(self._pods[uid]):
                 continue
             last = self._tries.get(uid)
             if last is None or last.due(generation, now):
