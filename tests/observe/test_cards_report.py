@@ -97,3 +97,11 @@ def test_long_node_names_give_up_the_node_column():
     assert head.split() == ["CARD", "MODEL", "MEMORY", "CORES", "PODS"]
     assert row.split() == [f"{name}-mthreads-0", "MTT-S4000", "1/48Gi", "1/16", "team/a"]
     assert len(row) <= 80
+
+
+def test_a_gated_pod_is_shown_gated_not_waiting_for_the_allocator():
+    p = pod(slice_(8), name="queued", spec={"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]})
+    r = report([mt_node("n1")], [p], [], MthreadsConfig())
+    assert [(x.pod, x.reason) for x in r.pending] == [
+        ("default/queued",
+         "gated: not scheduled until its scheduling gates are removed (kueue.x-k8s.io/admission)")]

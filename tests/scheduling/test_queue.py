@@ -131,3 +131,17 @@ def test_a_refused_write_waits_a_flat_pause():
     assert list(q.due(0)) == []
     now[0] += queue.ERROR_RETRY
     assert list(q.due(0)) == [p]
+
+
+def test_a_gated_pod_waits_undecided_until_its_gates_are_removed():
+    gated = sched_pod(whole(1, 96), name="gated", spec={"schedulingGates": [{"name": "kueue"}]})
+    free = sched_pod(whole(1, 96), name="free")
+    q = PendingQueue(None)
+    q.upsert(gated)
+    q.upsert(free)
+    assert [p["metadata"]["name"] for p in q.due(0)] == ["free"]
+    assert "gated" in [p["metadata"]["name"] for p in q.pods()]  # still waiting here
+    opened = copy.deepcopy(gated)
+    opened["spec"]["schedulingGates"] = []
+    q.upsert(opened)
+    assert sorted(p["metadata"]["name"] for p in q.due(0)) == ["free", "gated"]
