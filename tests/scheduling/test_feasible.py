@@ -200,3 +200,20 @@ def test_the_index_forgets_a_pod_that_left():
     state = c.read(lambda s: s)
     assert not state.pods.on_node and not state.pods.in_namespace
     assert not state.pods.ports and not state.pods.anti_affinity
+
+
+def test_the_label_index_made_by_a_first_question_follows_later_pods():
+    c = cache_of(THREE)
+    anti = pod("q", None, WEB, **affinity("podAntiAffinity", term(HOST, app="web")))
+    assert passing(anti, c) == {"n1", "n2", "n3"}  # the question that makes the index of "app"
+    c.apply("pod", "ADDED", pod("w1", "n1", WEB))
+    c.apply("pod", "ADDED", pod("w2", "n2", {"app": "web", "tier": "x"}))
+    c.apply("pod", "ADDED", pod("d", "n3", {"app": "db"}))
+    assert passing(anti, c) == {"n3"}
+    c.apply("pod", "DELETED", pod("w2", "n2", WEB))
+    assert passing(anti, c) == {"n2", "n3"}
+    c.apply("pod", "MODIFIED", pod("w1", "n1", {"app": "api"}))  # relabelled: no longer selected
+    assert passing(anti, c) == {"n1", "n2", "n3"}
+    assert c.read(lambda s: s.pods.by_label["app"]) == {
+        ("a", "api"): {"uid-a-w1": ("n1", c.share("uid-a-w1").pod)},
+        ("a", "db"): {"uid-a-d": ("n3", c.share("uid-a-d").pod)}}

@@ -52,20 +52,23 @@ def affinity_counts(pod: PodFacts, affinity: tuple[AffinityTerm, ...], index: Po
     anti = pod.anti_affinity
     matched_affinity: Counter[Pair] = Counter()
     matched_anti: Counter[Pair] = Counter()
-    if affinity or anti:
-        namespaces = set().union(*(t.namespaces for t in affinity + anti))
-        for ns in namespaces:
-            for node, other in (index.in_namespace.get(ns) or {}).values():
+    if affinity:  # a pod counts when it matches every term: the first term's pods are the candidates
+        first = affinity[0]
+        for ns in first.namespaces:
+            for node, other in index.selected(ns, first.selector):
                 labels = node_labels.get(node)
-                if labels is None:
-                    continue
-                if affinity and all(t.selects(other.namespace, other.labels) for t in affinity):
+                if labels is not None and all(t.selects(other.namespace, other.labels)
+                                              for t in affinity):
                     for t in affinity:
                         if t.topology_key in labels:
                             matched_affinity[(t.topology_key, labels[t.topology_key])] += 1
-                for t in anti:
-                    if t.topology_key in labels and t.selects(other.namespace, other.labels):
-                        matched_anti[(t.topology_key, labels[t.topology_key])] += 1
+    for t in anti:
+        for ns in t.namespaces:
+            for node, other in index.selected(ns, t.selector):
+                labels = node_labels.get(node)
+                if labels is not None and t.topology_key in labels and \
+                        t.selector.matches(other.labels):
+                    matched_anti[(t.topology_key, labels[t.topology_key])] += 1
     self_matches = bool(affinity) and all(t.selects(pod.namespace, pod.labels) for t in affinity)
     return AffinityCounts(affinity, anti, matched_affinity, matched_anti, existing, self_matches)
 

@@ -1,6 +1,9 @@
 """The pods on the nodes, indexed for the rules that read other pods: by node, by namespace, the
 host ports and inline disks in use per node, and the required anti-affinity terms of the pods
-already placed (one entry per distinct term: the replicas of a Deployment share one).
+already placed (one entry per distinct term: the replicas of a Deployment share one), and by the value of each
+label key a selector has asked about (made on the first question, kept up to date from then on:
+the pods a selector `app In (web)` picks are found without reading the namespace's other pods,
+and keys no selector names cost no memory).
 
 Part of ClusterState (state.py), updated with the shares it counts, assumed ones included, so a
 decision sees the pods it placed a moment ago before the watch shows them.
@@ -9,8 +12,13 @@ decision sees the pods it placed a moment ago before the watch shows them.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
+from typing import Iterable
 
+from .label_selector import Selector
 from .pod_facts import AffinityTerm, HostPort, PodFacts
+
+Placed = tuple[str, PodFacts]  # (node, facts)
 
 
 class PodIndex:
@@ -20,10 +28,30 @@ class PodIndex:
         self.ports: dict[str, Counter[HostPort]] = {}  # node -> host ports in use
         self.disks: dict[str, Counter[tuple[object, ...]]] = {}  # node -> inline disks mounted
         self.anti_affinity: dict[AffinityTerm, Counter[str]] = {}  # term -> node -> pods holding it
+        # label key -> (namespace, value) -> uid -> (node, facts), for the keys asked about
+        self.by_label: dict[str, dict[tuple[str, str], dict[str, Placed]]] = {}
+
+    def selected(self, namespace: str, selector: Selector) -> Iterable[Placed]:
+        """The pods of `namespace` the selector may match (a superset: the caller matches)."""
+        first_in = next((r for r in selector.requirements or () if r[1] == "In"), None)
+        if first_in is None:
+            return (self.in_namespace.get(namespace) or {}).values()
+        key, _, values = first_in
+        by_value = self.by_label.get(key)
+        if by_value is None:
+            by_value = self.by_label[key] = {}
+            for ns, pods in self.in_namespace.items():
+                for uid, (node, facts) in pods.items():
+                    if key in facts.labels:
+                        by_value.setdefault((ns, facts.labels[key]), {})[uid] = (node, facts)
+        return chain.from_iterable((by_value.get((namespace, v)) or {}).values() for v in values)
 
     def add(self, uid: str, node: str, facts: PodFacts) -> None:
         self.on_node.setdefault(node, {})[uid] = facts
         self.in_namespace.setdefault(facts.namespace, {})[uid] = (node, facts)
+        for key, by_value in self.by_label.items():
+            if key in facts.labels:
+                by_value.setdefault((facts.namespace, facts.labels[key]), {})[uid] = (node, facts)
         if facts.ports:
             self.ports.setdefault(node, Counter()).update(facts.ports)
         if facts.disks:
@@ -34,6 +62,9 @@ class PodIndex:
     def remove(self, uid: str, node: str, facts: PodFacts) -> None:
         _pop(self.on_node, node, uid)
         _pop(self.in_namespace, facts.namespace, uid)
+        for key, by_value in self.by_label.items():
+            if key in facts.labels:
+                _pop(by_value, (facts.namespace, facts.labels[key]), uid)
         if facts.ports:
             _subtract(self.ports, node, facts.ports)
         if facts.disks:
@@ -42,7 +73,8 @@ class PodIndex:
             _subtract(self.anti_affinity, term, (node,))
 
     def clear(self) -> None:
-        for m in (self.on_node, self.in_namespace, self.ports, self.disks, self.anti_affinity):
+        for m in (self.on_node, self.in_namespace, self.ports, self.disks, self.anti_affinity,
+                  self.by_label):
             m.clear()
 
 

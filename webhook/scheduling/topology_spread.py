@@ -59,11 +59,11 @@ def spread_counts(pod: PodFacts, constraints: tuple[Constraint, ...], index: Pod
         if all(k in labels for k in keys) and accepts(node):
             eligible.update((k, labels[k]) for k in keys)
     matched: Counter[tuple[str, str]] = Counter({pair: 0 for pair in eligible})
-    for node, other in (index.in_namespace.get(pod.namespace) or {}).values():
-        on = node_labels.get(node)
-        if on is None or other.terminating:
-            continue
-        for c in constraints:
+    for c in constraints:
+        for node, other in index.selected(pod.namespace, c.selector):
+            on = node_labels.get(node)
+            if on is None or other.terminating:
+                continue
             pair = (c.topology_key, on.get(c.topology_key, ""))
             if pair in eligible and c.selector.matches(other.labels):
                 matched[pair] += 1
