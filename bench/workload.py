@@ -77,6 +77,32 @@ def mthreads_limits(shape: dict) -> dict:
 
 MTHREADS, EXTENDED = "mthreads", "extended"  # the forms of pod()
 
+ZONE = "topology.kubernetes.io/zone"
+ZONES = 4  # node i is in zone z<i % ZONES>
+GROUP = 8  # replicas of one constrained group
+CONSTRAINED_EVERY = 3  # every third pod of a constrained run carries anti-affinity and spread
+
+
+def zone(i: int) -> str:
+    return f"z{i % ZONES}"
+
+
+def constrain(body: dict, i: int) -> dict:
+    """Every `CONSTRAINED_EVERY`th pod becomes a replica of a group of `GROUP`: required
+    anti-affinity against its group on the node (one replica a node) and a DoNotSchedule
+    spread over the zones with maxSkew 1, as an inference Deployment asks for availability."""
+    if i % CONSTRAINED_EVERY:
+        return body
+    group = f"g{i // CONSTRAINED_EVERY // GROUP}"
+    body["metadata"]["labels"] = {**body["metadata"]["labels"], "group": group}
+    selector = {"matchLabels": {"group": group}}
+    body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
+    body["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": selector}]
+    return body
+
 
 def extended_limits(shape: dict) -> dict:
     """The same memory and cores as plain extended resources, which kube-scheduler checks

@@ -215,5 +215,4 @@ def test_the_label_index_made_by_a_first_question_follows_later_pods():
     c.apply("pod", "MODIFIED", pod("w1", "n1", {"app": "api"}))  # relabelled: no longer selected
     assert passing(anti, c) == {"n1", "n2", "n3"}
     assert c.read(lambda s: s.pods.by_label["app"]) == {
-        ("a", "api"): {"uid-a-w1": ("n1", c.share("uid-a-w1").pod)},
-        ("a", "db"): {"uid-a-d": ("n3", c.share("uid-a-d").pod)}}
+        ("a", "api"): {"uid-a-w1": c.share("uid-a-w1")}, ("a", "db"): {"uid-a-d": c.share("uid-a-d")}}

@@ -17,7 +17,7 @@ from .shares import share_of
 UNREADABLE = -1  # container index of a holding read from a garbled annotation
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Holding:
     """What one container of a bound pod holds on one card."""
 
@@ -28,7 +28,7 @@ class Holding:
     whole: bool = False  # garbled: the card counts as fully used, as the allocator counts it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BoundPod:
     uid: str
     namespace: str

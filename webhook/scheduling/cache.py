@@ -43,6 +43,7 @@ from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from .bound import BoundPod, BoundPods
 from .decide import Placement
+from .one_copy import one_copy
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
 from .shares import PodShare, share_of
@@ -169,7 +170,7 @@ class SchedulerCache:
                         ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
         self._state.add(share)
         self._bound.seen(pod)
-        self._facts[uid] = (pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp")))
+        self._facts[uid] = one_copy((pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp"))))
 
     def _gone(self, uid: str) -> None:
         self._assumed.pop(uid, None)

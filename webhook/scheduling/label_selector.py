@@ -12,7 +12,7 @@ from ..json_types import JsonObject
 Requirement = tuple[str, str, frozenset[str]]  # (key, operator, values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Selector:
     requirements: tuple[Requirement, ...] | None  # None: matches nothing
 

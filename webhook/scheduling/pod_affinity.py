@@ -55,18 +55,18 @@ def affinity_counts(pod: PodFacts, affinity: tuple[AffinityTerm, ...], index: Po
     if affinity:  # a pod counts when it matches every term: the first term's pods are the candidates
         first = affinity[0]
         for ns in first.namespaces:
-            for node, other in index.selected(ns, first.selector):
-                labels = node_labels.get(node)
-                if labels is not None and all(t.selects(other.namespace, other.labels)
-                                              for t in affinity):
+            for share in index.selected(ns, first.selector):
+                labels, other = node_labels.get(share.node), share.pod
+                if labels is not None and other is not None and \
+                        all(t.selects(other.namespace, other.labels) for t in affinity):
                     for t in affinity:
                         if t.topology_key in labels:
                             matched_affinity[(t.topology_key, labels[t.topology_key])] += 1
     for t in anti:
         for ns in t.namespaces:
-            for node, other in index.selected(ns, t.selector):
-                labels = node_labels.get(node)
-                if labels is not None and t.topology_key in labels and \
+            for share in index.selected(ns, t.selector):
+                labels, other = node_labels.get(share.node), share.pod
+                if labels is not None and other is not None and t.topology_key in labels and \
                         t.selector.matches(other.labels):
                     matched_anti[(t.topology_key, labels[t.topology_key])] += 1
     self_matches = bool(affinity) and all(t.selects(pod.namespace, pod.labels) for t in affinity)

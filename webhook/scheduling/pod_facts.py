@@ -11,12 +11,13 @@ from typing import Mapping
 
 from ..json_types import JsonObject
 from .label_selector import Selector, selector_of
+from .one_copy import one_copy, one_name
 
 HostPort = tuple[str, str, int]  # (host IP, protocol, port); "0.0.0.0" for any IP
 ANY_IP = "0.0.0.0"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AffinityTerm:
     """A required pod (anti-)affinity term: the pods it selects and the topology it spans."""
 
@@ -28,7 +29,7 @@ class AffinityTerm:
         return namespace in self.namespaces and self.selector.matches(labels)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     namespace: str
     labels: Mapping[str, str]  # shared by the pods with the same labels (never changed)
@@ -68,7 +69,7 @@ def affinity_terms(pod: JsonObject, kind: str) -> tuple[AffinityTerm, ...]:
         namespaces = t.get("namespaces") or [meta.get("namespace", "")]
         terms.append(AffinityTerm(frozenset(namespaces), selector_of(t.get("labelSelector")),
                                   t.get("topologyKey") or ""))
-    return tuple(terms)
+    return one_copy(tuple(terms))
 
 
 def host_ports(pod: JsonObject) -> tuple[HostPort, ...]:
@@ -112,6 +113,7 @@ def disks_conflict(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 
 def facts_of(pod: JsonObject) -> PodFacts:
     meta = pod.get("metadata") or {}
-    return PodFacts(meta.get("namespace") or "", _shared(meta.get("labels") or {}), host_ports(pod),
+    return PodFacts(one_name(meta.get("namespace") or ""), _shared(meta.get("labels") or {}),
+                    host_ports(pod),
                     affinity_terms(pod, "podAntiAffinity"), bool(meta.get("deletionTimestamp")),
                     inline_disks(pod))

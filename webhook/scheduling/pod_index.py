@@ -17,21 +17,20 @@ from typing import Iterable
 
 from .label_selector import Selector
 from .pod_facts import AffinityTerm, HostPort, PodFacts
-
-Placed = tuple[str, PodFacts]  # (node, facts)
+from .shares import PodShare
 
 
 class PodIndex:
     def __init__(self) -> None:
         self.on_node: dict[str, dict[str, PodFacts]] = {}  # node -> uid -> facts
-        self.in_namespace: dict[str, dict[str, tuple[str, PodFacts]]] = {}  # ns -> uid -> (node, facts)
+        self.in_namespace: dict[str, dict[str, PodShare]] = {}  # ns -> uid -> share (node, pod)
         self.ports: dict[str, Counter[HostPort]] = {}  # node -> host ports in use
         self.disks: dict[str, Counter[tuple[object, ...]]] = {}  # node -> inline disks mounted
         self.anti_affinity: dict[AffinityTerm, Counter[str]] = {}  # term -> node -> pods holding it
-        # label key -> (namespace, value) -> uid -> (node, facts), for the keys asked about
-        self.by_label: dict[str, dict[tuple[str, str], dict[str, Placed]]] = {}
+        # label key -> (namespace, value) -> uid -> share, for the keys asked about
+        self.by_label: dict[str, dict[tuple[str, str], dict[str, PodShare]]] = {}
 
-    def selected(self, namespace: str, selector: Selector) -> Iterable[Placed]:
+    def selected(self, namespace: str, selector: Selector) -> Iterable[PodShare]:
         """The pods of `namespace` the selector may match (a superset: the caller matches)."""
         first_in = next((r for r in selector.requirements or () if r[1] == "In"), None)
         if first_in is None:
@@ -41,17 +40,20 @@ class PodIndex:
         if by_value is None:
             by_value = self.by_label[key] = {}
             for ns, pods in self.in_namespace.items():
-                for uid, (node, facts) in pods.items():
-                    if key in facts.labels:
-                        by_value.setdefault((ns, facts.labels[key]), {})[uid] = (node, facts)
+                for uid, share in pods.items():
+                    labels = share.pod.labels if share.pod is not None else {}
+                    if key in labels:
+                        by_value.setdefault((ns, labels[key]), {})[uid] = share
         return chain.from_iterable((by_value.get((namespace, v)) or {}).values() for v in values)
 
-    def add(self, uid: str, node: str, facts: PodFacts) -> None:
+    def add(self, share: PodShare, facts: PodFacts) -> None:
+        """`facts`: the share's `pod`."""
+        uid, node = share.uid, share.node
         self.on_node.setdefault(node, {})[uid] = facts
-        self.in_namespace.setdefault(facts.namespace, {})[uid] = (node, facts)
+        self.in_namespace.setdefault(facts.namespace, {})[uid] = share
         for key, by_value in self.by_label.items():
             if key in facts.labels:
-                by_value.setdefault((facts.namespace, facts.labels[key]), {})[uid] = (node, facts)
+                by_value.setdefault((facts.namespace, facts.labels[key]), {})[uid] = share
         if facts.ports:
             self.ports.setdefault(node, Counter()).update(facts.ports)
         if facts.disks:
@@ -59,7 +61,8 @@ class PodIndex:
         for term in facts.anti_affinity:
             self.anti_affinity.setdefault(term, Counter())[node] += 1
 
-    def remove(self, uid: str, node: str, facts: PodFacts) -> None:
+    def remove(self, share: PodShare, facts: PodFacts) -> None:
+        uid, node = share.uid, share.node
         _pop(self.on_node, node, uid)
         _pop(self.in_namespace, facts.namespace, uid)
         for key, by_value in self.by_label.items():

@@ -11,6 +11,7 @@ from functools import lru_cache
 from typing import TypeAlias
 
 from ..json_types import JsonObject
+from .one_copy import one_copy
 
 _SUFFIX: dict[str, int | Decimal] = {
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
@@ -24,7 +25,7 @@ _OWN_FIELDS = ("cpu", "memory", "pods")
 Amounts: TypeAlias = tuple[tuple[str, int], ...]  # (resource name, whole units), sorted by name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resources:
     cpu_milli: int = 0
     memory_bytes: int = 0
@@ -129,8 +130,9 @@ def pod_requests(pod: JsonObject) -> Resources:
     overhead = spec.get("overhead") or {}
     for name, v in _amounts(overhead):
         other[name] = other.get(name, 0) + v
-    return Resources(cpu + cpu_milli(overhead.get("cpu")),
-                     memory + memory_bytes(overhead.get("memory")), 1, tuple(sorted(other.items())))
+    return one_copy(Resources(cpu + cpu_milli(overhead.get("cpu")),
+                              memory + memory_bytes(overhead.get("memory")), 1,
+                              tuple(sorted(other.items()))))
 
 
 def node_allocatable(node: JsonObject) -> Resources:
@@ -143,7 +145,7 @@ def node_allocatable(node: JsonObject) -> Resources:
                                   if n not in _OWN_FIELDS)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Devices:
     """Amounts of the three Mthreads resources (count, memory units, cores), in the order of
     `pods.resource_names`."""
@@ -184,7 +186,7 @@ def device_requests(pod: JsonObject, names: tuple[str, str, str]) -> Devices:
         for i, v in enumerate(_container_devices(c, names)):
             app[i] = max(app[i], v)
     overhead = spec.get("overhead") or {}
-    return Devices(*(a + whole_units(overhead.get(n)) for a, n in zip(app, names)))
+    return one_copy(Devices(*(a + whole_units(overhead.get(n)) for a, n in zip(app, names))))
 
 
 # (count, memory, cores): int, or None where allocatable does not list it

@@ -17,6 +17,7 @@ from ..config import MthreadsConfig
 from ..hami import Device, EncodingError, decode
 from ..json_types import JsonObject
 from ..pods import resource_names
+from .one_copy import one_name
 from .pod_facts import PodFacts, facts_of
 from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 _CARD_ID = re.compile(r"[A-Za-z0-9.\-]+-mthreads-[0-9]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CardShare:
     card: str
     memory_mib: int
@@ -33,7 +34,7 @@ class CardShare:
     whole: bool = False  # held exclusively: nothing else may share the card
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodShare:
     uid: str
     node: str
@@ -70,7 +71,7 @@ def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
     resource requests only). `names`: the three Mthreads resource names. `requests`: the
     pod's (cpu/memory, Mthreads resources) when already read from this pod's spec."""
     meta = _meta(pod)
-    uid, node = meta.get("uid", ""), (pod.get("spec") or {}).get("nodeName", "")
+    uid, node = meta.get("uid", ""), one_name((pod.get("spec") or {}).get("nodeName", ""))
     resources, requested = requests or (pod_requests(pod), device_requests(pod, names))
     facts = facts_of(pod)
     ann = meta.get("annotations") or {}

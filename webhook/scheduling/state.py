@@ -228,9 +228,9 @@ class ClusterState:
         nu.whole_node += sign * share.whole_node
         if share.pod is not None:
             if sign > 0:
-                self.pods.add(share.uid, share.node, share.pod)
+                self.pods.add(share, share.pod)
             else:
-                self.pods.remove(share.uid, share.node, share.pod)
+                self.pods.remove(share, share.pod)
         for c in share.cards:
             cu = self.cards.setdefault(c.card, CardUsage())
             cu.memory_mib += sign * c.memory_mib

@@ -60,9 +60,9 @@ def spread_counts(pod: PodFacts, constraints: tuple[Constraint, ...], index: Pod
             eligible.update((k, labels[k]) for k in keys)
     matched: Counter[tuple[str, str]] = Counter({pair: 0 for pair in eligible})
     for c in constraints:
-        for node, other in index.selected(pod.namespace, c.selector):
-            on = node_labels.get(node)
-            if on is None or other.terminating:
+        for share in index.selected(pod.namespace, c.selector):
+            on, other = node_labels.get(share.node), share.pod
+            if on is None or other is None or other.terminating:
                 continue
             pair = (c.topology_key, on.get(c.topology_key, ""))
             if pair in eligible and c.selector.matches(other.labels):
