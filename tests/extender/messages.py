@@ -14,6 +14,7 @@ from webhook.extender.app import READY_WAIT, ExtenderApp
 from webhook.extender.cache import WAITING, Cache
 from webhook.extender.verbs import Extender
 from webhook.observe.hami_metrics import metrics_page
+from webhook.scheduling.cache import STORAGE_KINDS
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
 
@@ -32,7 +33,14 @@ def handler_setup() -> HandlerSetup:
     cache.apply("node", "RESET", nodes)
     cache.apply("pod", "RESET", [])
     cache.apply(WAITING, "RESET", [])
+    no_storage(cache)
     return HandlerSetup(extender_client(cache, api), cache, api)
+
+
+def no_storage(cache: Cache) -> None:
+    """The watches of claims, volumes and classes listed, empty."""
+    for kind in STORAGE_KINDS:
+        cache.apply(kind, "RESET", [])
 
 
 def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,

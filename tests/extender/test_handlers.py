@@ -13,7 +13,15 @@ import pytest
 
 from tests.builders import mt_node, slice_, whole
 from tests.builders import sched_pod as pod
-from tests.extender.messages import CONFIG, add_busy_node, args, bind_args, extender_client, pending
+from tests.extender.messages import (
+    CONFIG,
+    add_busy_node,
+    args,
+    bind_args,
+    extender_client,
+    no_storage,
+    pending,
+)
 from webhook.extender.cache import WAITING, Cache
 from webhook.extender.decisions import NOT_IN_CACHE
 from webhook.extender.verbs import NOT_SYNCED
@@ -256,6 +264,7 @@ def test_a_filter_during_the_first_list_waits_for_it(setup):
         cache.apply("node", "RESET", [mt_node("s4", cards=2, units=96)])
         cache.apply("pod", "RESET", [])
         cache.apply(WAITING, "RESET", [p])
+        no_storage(cache)
     timer = threading.Timer(0.3, listed)
     timer.start()
     try:

@@ -98,3 +98,12 @@ def test_a_generic_ephemeral_volume_names_its_own_claim_owned_by_the_pod():
     stranger = claim("q-scratch", "pv1")
     assert reasons_for(p, cache_of(NODES, claims=[stranger], volumes=[volume("pv1")]))["n1"] == \
         'persistentvolumeclaim "q-scratch" was not created for the pod'
+
+
+def test_with_kube_schedulers_volume_binder_a_wait_for_first_consumer_claim_refuses_no_node():
+    from webhook.scheduling.feasible import node_checks
+    c = cache_of(NODES, claims=[claim("c", cls="local")], classes=[LOCAL])
+    checks = c.read(lambda state: node_checks(using("c"), state, binder=True))
+    assert checks.refusal is None
+    assert c.read(lambda state: [checks.reason(info, state) for info in state.nodes.values()]) == \
+        [None, None, None]

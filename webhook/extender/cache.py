@@ -3,9 +3,10 @@ watches, the pods waiting for its scheduler, and the decisions the verbs ask for
 under the cache's lock together with what it assumes.
 
 kube-scheduler sends node names only, so the extender keeps the nodes and the bound pods'
-shares itself (it is node-cache capable). Three watches feed it (`watched`): the nodes, the
-live pods bound to a node (`BOUND_LIVE_PODS`: the shares), and the live pods waiting for its
-scheduler (`waiting`). A call's body only names its pod: every verb answers for the pod as the
+shares itself (it is node-cache capable). Its watches (`watched`): the nodes, the live pods
+bound to a node (`BOUND_LIVE_PODS`: the shares), the live pods waiting for its scheduler
+(`waiting`), and the claims, volumes and classes (the node rules of the requeue's look outside
+kube-scheduler's sample, decisions.room_outside, read them as the allocator does). A call's body only names its pod: every verb answers for the pod as the
 API server holds it, from `waiting` or, when that watch has not shown it yet, from a read
 (verbs.py), so a body cannot make the extender reserve, choose or write for a pod that does not
 exist, waits for another scheduler or asks for something else.
@@ -23,7 +24,8 @@ from __future__ import annotations
 import threading
 
 from ..config import Config
-from ..scheduling.cache import Assumed, Phase, SchedulerCache
+from ..kube.informer import STORAGE_WATCHES
+from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
 from ..scheduling.decide import Placement
 from ..scheduling.pod_status import BOUND_LIVE_PODS, uid_of, waiting_for
 from ..scheduling.request import PodAsk
@@ -40,7 +42,8 @@ class Cache:
 
     def __init__(self, config: Config):
         self.config = config
-        self.core = SchedulerCache(config.mthreads, shows_unbound=False)
+        self.core = SchedulerCache(config.mthreads, shows_unbound=False,
+                                   kinds=("node", "pod") + STORAGE_KINDS)
         self._waiting_lock = threading.Lock()
         self._waiting: dict[str, dict] = {}  # uid -> a pod waiting for our scheduler, as watched
         self._waiting_listed = False
@@ -49,7 +52,8 @@ class Cache:
     def watched(self) -> list[tuple[str, str, str | None]]:
         """(kind, path, fieldSelector) of the watches that feed `apply`."""
         return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", BOUND_LIVE_PODS),
-                (WAITING, "/api/v1/pods", waiting_for(self.config.scheduler_name))]
+                (WAITING, "/api/v1/pods", waiting_for(self.config.scheduler_name))] + \
+            [(kind, path, None) for kind, path in STORAGE_WATCHES]
 
     def ready(self) -> bool:
         return self.synced.is_set()

@@ -13,6 +13,7 @@ from ..config import Config
 from ..pods import Kind
 from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, first_fit, placement
+from ..scheduling.feasible import node_checks
 from ..scheduling.inventory import Card
 from ..scheduling.node_fit import node_rules_reason
 from ..scheduling.request import PodAsk
@@ -79,14 +80,15 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
 def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
                  config: Config) -> str | None:
     """A node that kube-scheduler did not pass whose cards fit the pod and that passes the
-    allocator's own node checks (ready, taints, selector and affinity, cpu/memory): the node
+    allocator's node checks (kube-scheduler's filters, scheduling/feasible.py): the node
     the allocator would choose among those, or None. kube-scheduler asks about a sample of its
     feasible nodes only (docs/extender.md, "Node sample"), so room may lie outside it."""
     if ask.need is None or ask.invalid:
         return None
     node_policy, gpu_policy = policies(pod, config)
     given = set(names)
-    found = first_fit(pod, ask, state, node_policy, gpu_policy, lambda name: name not in given)
+    found = first_fit(pod, ask, state, node_policy, gpu_policy, lambda name: name not in given,
+                      checks=node_checks(pod, state, binder=True))
     return found.node if found is not None else None
 
 

@@ -67,10 +67,12 @@ class NodeChecks:
         return None
 
 
-def node_checks(pod: JsonObject, state: ClusterState) -> NodeChecks:
+def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False) -> NodeChecks:
+    """`binder`: kube-scheduler's volume binder places the pod's WaitForFirstConsumer claims
+    (volumes.pod_volumes)."""
     spec, facts = pod.get("spec") or {}, facts_of(pod)
     wants = pod_requests(pod)
-    volumes = pod_volumes(pod, state.storage)
+    volumes = pod_volumes(pod, state.storage, binder)
     if isinstance(volumes, str):
         return NodeChecks(spec, wants, facts, refusal=volumes)
     spread = None

@@ -102,8 +102,10 @@ def _delayed(claim: JsonObject, storage: Storage) -> bool:
     return cls is not None and cls.get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER
 
 
-def pod_volumes(pod: JsonObject, storage: Storage) -> PodVolumes | str:
-    """The pod's volumes, or the reason no node can take it (VolumeBinding's PreFilter)."""
+def pod_volumes(pod: JsonObject, storage: Storage, binder: bool = False) -> PodVolumes | str:
+    """The pod's volumes, or the reason no node can take it (VolumeBinding's PreFilter).
+    `binder`: a volume binder follows the decision (kube-scheduler's, in extender mode), so an
+    unbound WaitForFirstConsumer claim is its to place, not a refusal."""
     names = claim_names(pod)
     if not names:
         return NO_VOLUMES
@@ -132,7 +134,7 @@ def pod_volumes(pod: JsonObject, storage: Storage) -> PodVolumes | str:
             return UNBOUND_IMMEDIATE
         if volume_name and not ephemeral:
             zoned.append(storage.volumes.get(volume_name))
-    if delayed:
+    if delayed and not binder:
         return DELAYED_BINDING
     return PodVolumes(tuple(bound), tuple(zoned))
 
