@@ -9,6 +9,7 @@ def test_no_file_means_defaults():
     assert cfg.scheduler_name == "hami-scheduler"
     assert cfg.mthreads.memory_per_card == (96,)
     assert cfg.allocator.node_policy == "binpack" and cfg.allocator.gpu_policy == "spread"
+    assert cfg.mthreads.max_instances_per_card == 16
 
 
 def test_empty_file_means_defaults(tmp_path):
@@ -29,6 +30,7 @@ devices:
     resourceCountName: example.com/vgpu
     resourceMemoryName: example.com/mem
     resourceCoreName: example.com/core
+    maxInstancesPerCard: 4
 allocator:
   user: system:serviceaccount:gpu:alloc
   extraWriters: [system:serviceaccount:gpu:plugin]
@@ -40,6 +42,7 @@ allocator:
     assert cfg.force_overwrite_default_scheduler is False
     assert cfg.mthreads.memory_per_card == (96, 160)
     assert cfg.mthreads.count_resource == "example.com/vgpu"
+    assert cfg.mthreads.max_instances_per_card == 4
     assert cfg.allocator.writers == {"system:serviceaccount:gpu:alloc",
                                      "system:serviceaccount:gpu:plugin"}
     assert (cfg.allocator.node_policy, cfg.allocator.gpu_policy) == ("spread", "binpack")
@@ -64,6 +67,10 @@ def test_memory_per_card_forms(value, expected):
     ({"devices": {"mthreads": {"memoryPerCard": True}}}, "devices.mthreads.memoryPerCard: must be a list"),
     ({"devices": {"mthreads": {"memoryPerCard": 1.5}}}, "devices.mthreads.memoryPerCard: must be a list"),
     ({"devices": {"mthreads": {"enabled": "yes"}}}, "devices.mthreads.enabled: must be true or false"),
+    ({"devices": {"mthreads": {"maxInstancesPerCard": 0}}}, "devices.mthreads.maxInstancesPerCard: must be a whole number from 1 to 16, got int 0"),
+    ({"devices": {"mthreads": {"maxInstancesPerCard": 17}}}, "devices.mthreads.maxInstancesPerCard: must be a whole number from 1 to 16, got int 17"),
+    ({"devices": {"mthreads": {"maxInstancesPerCard": "8"}}}, "devices.mthreads.maxInstancesPerCard: must be a whole number from 1 to 16, got '8'"),
+    ({"devices": {"mthreads": {"maxInstancesPerCard": True}}}, "devices.mthreads.maxInstancesPerCard"),
     ({"forceOverwriteDefaultScheduler": 1}, "forceOverwriteDefaultScheduler: must be true or false"),
     ({"schedulerName": ""}, "schedulerName: must be a non-empty string"),
     ({"schedulerName": 5}, "schedulerName: must be a non-empty string"),

@@ -106,7 +106,9 @@ def test_config_map_has_the_fleet_capacity_and_spec_shape(built):
     assert set(config) == {"schedulerName", "forceOverwriteDefaultScheduler", "devices", "allocator"}
     assert set(config["devices"]) == {"mthreads"}
     assert set(config["devices"]["mthreads"]) == {
-        "enabled", "memoryPerCard", "resourceCountName", "resourceMemoryName", "resourceCoreName"}
+        "enabled", "memoryPerCard", "resourceCountName", "resourceMemoryName", "resourceCoreName",
+        "maxInstancesPerCard"}
+    assert config["devices"]["mthreads"]["maxInstancesPerCard"] == 16
     assert config["allocator"] == {
         "user": "system:serviceaccount:kube-system:mthreads-allocator", "extraWriters": [],
         "nodePolicy": "binpack", "gpuPolicy": "spread"}

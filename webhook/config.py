@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 POLICIES = ("binpack", "spread")
+MAX_INSTANCES = 16  # the vendor's max_inst ranges over 1..16
 
 
 class ConfigError(ValueError):
@@ -25,6 +26,9 @@ class MthreadsConfig:
     count_resource: str = "mthreads.com/vgpu"
     memory_resource: str = "mthreads.com/sgpu-memory"
     core_resource: str = "mthreads.com/sgpu-core"
+    # containers holding a share of one card, at most: the vendor's sGPU stack runs a bounded
+    # number of instances per card (max_inst 1..16); a node annotation may set its own
+    max_instances_per_card: int = MAX_INSTANCES
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ def parse_config(data: Any) -> Config:
     devices = _mapping(top.get("devices", {}), "devices", {"mthreads"})
     mt = _mapping(devices.get("mthreads", {}), "devices.mthreads",
                   {"enabled", "memoryPerCard", "resourceCountName", "resourceMemoryName",
-                   "resourceCoreName"})
+                   "resourceCoreName", "maxInstancesPerCard"})
     al = _mapping(top.get("allocator", {}), "allocator",
                   {"user", "extraWriters", "nodePolicy", "gpuPolicy"})
     d_mt, d_al, d_top = MthreadsConfig(), AllocatorConfig(), Config()
@@ -88,6 +92,8 @@ def parse_config(data: Any) -> Config:
             count_resource=_string(mt, "resourceCountName", "devices.mthreads", d_mt.count_resource),
             memory_resource=_string(mt, "resourceMemoryName", "devices.mthreads", d_mt.memory_resource),
             core_resource=_string(mt, "resourceCoreName", "devices.mthreads", d_mt.core_resource),
+            max_instances_per_card=_instances(mt.get("maxInstancesPerCard",
+                                                     d_mt.max_instances_per_card)),
         ),
         allocator=AllocatorConfig(
             user=_string(al, "user", "allocator", d_al.user),
@@ -159,6 +165,13 @@ def _capacities(value: Any) -> tuple[int, ...]:
             raise ConfigError(f"{path}[{i}]: {item} is listed twice")
         seen.add(item)
     return tuple(value)
+
+
+def _instances(value: Any) -> int:
+    if not _is_int(value) or not 1 <= value <= MAX_INSTANCES:
+        raise ConfigError(f"devices.mthreads.maxInstancesPerCard: must be a whole number from 1 "
+                          f"to {MAX_INSTANCES}, got {_kind(value)}")
+    return int(value)
 
 
 def _is_int(value: Any) -> bool:

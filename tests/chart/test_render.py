@@ -108,6 +108,8 @@ BAD = {  # --set value -> what the error names
     "allocator.gpuPolicy=random": "'/allocator/gpuPolicy': value must be one of 'binpack', 'spread'",
     "devices.mthreads.enabled=maybe": "'/devices/mthreads/enabled': got string, want boolean",
     "devices.mthreads.memoryPerCards={160}": "additional properties 'memoryPerCards' not allowed",
+    "devices.mthreads.maxInstancesPerCard=0": "'/devices/mthreads/maxInstancesPerCard': minimum: got 0, want 1",
+    "devices.mthreads.maxInstancesPerCard=17": "'/devices/mthreads/maxInstancesPerCard': maximum: got 17, want 16",
     "certificates.mode=vault": "'/certificates/mode': value must be one of",
     "webhook.networkPolicy.enabled=true": "'/webhook/networkPolicy/apiServerCIDRs': minItems: got 0, want 1",
     "webhook.failurePolicy=Maybe": "'/webhook/failurePolicy'",
@@ -145,16 +147,19 @@ def test_the_config_file_is_the_values_at_the_same_paths():
         "devices": {"mthreads": {"enabled": True, "memoryPerCard": [96],
                                  "resourceCountName": "mthreads.com/vgpu",
                                  "resourceMemoryName": "mthreads.com/sgpu-memory",
-                                 "resourceCoreName": "mthreads.com/sgpu-core"}},
+                                 "resourceCoreName": "mthreads.com/sgpu-core",
+                                 "maxInstancesPerCard": 16}},
         "allocator": {"user": "system:serviceaccount:kube-system:mthreads-allocator", "extraWriters": [],
                       "nodePolicy": "binpack", "gpuPolicy": "spread"}}
     custom = config_of(render("--set", "schedulerName=gpu-sched", "--set", "forceOverwriteDefaultScheduler=false",
                               "--set", "devices.mthreads.enabled=false", "--set", "allocator.nodePolicy=spread",
                               "--set", "allocator.extraWriters={system:node:x}",
-                              "--set", "devices.mthreads.resourceCoreName=example.com/core"))
+                              "--set", "devices.mthreads.resourceCoreName=example.com/core",
+                              "--set", "devices.mthreads.maxInstancesPerCard=4"))
     assert custom["schedulerName"] == "gpu-sched" and custom["forceOverwriteDefaultScheduler"] is False
     assert custom["devices"]["mthreads"]["enabled"] is False
     assert custom["devices"]["mthreads"]["resourceCoreName"] == "example.com/core"
+    assert custom["devices"]["mthreads"]["maxInstancesPerCard"] == 4
     assert custom["allocator"]["nodePolicy"] == "spread"
     assert custom["allocator"]["extraWriters"] == ["system:node:x"]
 

@@ -61,7 +61,8 @@ can set. webhook.namespaceSelector narrows either further. */}}
     "memoryPerCard" $mt.memoryPerCard
     "resourceCountName" $mt.resourceCountName
     "resourceMemoryName" $mt.resourceMemoryName
-    "resourceCoreName" $mt.resourceCoreName))
+    "resourceCoreName" $mt.resourceCoreName
+    "maxInstancesPerCard" $mt.maxInstancesPerCard))
   "allocator" (dict
     "user" (include "hami.allocatorUser" .)
     "extraWriters" $al.extraWriters
