@@ -28,9 +28,9 @@ from ..kube.informer import STORAGE_WATCHES
 from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
 from ..scheduling.decide import Placement
 from ..scheduling.pod_status import BOUND_LIVE_PODS, uid_of, waiting_for
+from ..scheduling.preemption import victims_on
 from ..scheduling.request import PodAsk
 from .decisions import choose, fitting_nodes, node_refusal, pick, room_outside, scores
-from .preemption import victims_on
 
 RESERVE_FOR = 30.0  # seconds a filter's choice is held for the bind that writes it
 IN_DOUBT = "an earlier binding of the pod is being written or its outcome is unknown"

@@ -7,7 +7,7 @@ lower priority holding cards there whose removal lets the pod's cards fit; a nod
 such set exists is dropped. A pod of equal or higher priority is never a victim.
 
 Plain functions on the state; the priorities and the pods already terminating come from the
-caller (the extender's cache).
+caller (the extender's cache, or `cards explain`'s, which asks the same as a dry run).
 """
 
 from __future__ import annotations
@@ -16,20 +16,21 @@ from itertools import combinations
 from typing import Iterable
 
 from ..config import Config
-from ..scheduling.allocatable import allocatable_reason
-from ..scheduling.cache import Holder
-from ..scheduling.card_fit import fit_cards
-from ..scheduling.priority import pod_priority
-from ..scheduling.request import PodAsk
-from ..scheduling.score import policies
-from ..scheduling.shares import PodShare
-from ..scheduling.state import CardUsage, ClusterState
+from ..json_types import JsonObject
+from .allocatable import allocatable_reason
+from .cache import Holder
+from .card_fit import Usage, fit_cards
+from .priority import pod_priority
+from .request import PodAsk
+from .score import policies
+from .shares import PodShare
+from .state import CardUsage, ClusterState
 
 EXACT_UP_TO = 3  # victims: every set up to this size is tried, smallest first
 EXACT_BUDGET = 5000  # fit checks for the exact search; beyond, the greedy answer
 
 
-def _without(state: ClusterState, removed: Iterable[PodShare]):
+def _without(state: ClusterState, removed: Iterable[PodShare]) -> tuple[Usage, int]:
     """The card usage of the state with `removed` taken away, and the node's whole-hold count."""
     delta: dict[str, list[int]] = {}
     whole_node = 0
@@ -69,7 +70,7 @@ def fits_without(ask: PodAsk, node: str, state: ClusterState, gpu_policy: str,
     return allocatable_reason(ask.device_requests, used, info.device_limits, state.names) is None
 
 
-def victims_on(pod: dict, ask: PodAsk, node: str, state: ClusterState, config: Config,
+def victims_on(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState, config: Config,
                holders: dict[str, Holder], proposed: list[str]) -> list[str] | None:
     """The uids to evict on `node` (kube-scheduler's `proposed` first), or None if no set of
     pods of lower priority frees room for the pod's cards there. `holders`: the pods bound on
