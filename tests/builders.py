@@ -100,8 +100,9 @@ _n = itertools.count()
 def mt_node(name: str, cards: int = 2, units: int = 96, *, ready: bool = True, cpu: str = "32",
             memory: str = "128Gi", pods: str = "110", labels: dict | None = None,
             taints: list | None = None, unschedulable: bool = False, capacity: dict | None = None,
-            allocatable: dict | None = None) -> dict:
-    """`allocatable`: keys that differ from capacity (None as a value: not listed at all)."""
+            allocatable: dict | None = None, annotations: dict | None = None) -> dict:
+    """`allocatable`: keys that differ from capacity (None as a value: not listed at all);
+    `annotations`: the node's (a card cordon, its limit of containers per card)."""
     res = {"cpu": cpu, "memory": memory, "pods": pods}
     if cards:
         res.update({"mthreads.com/sgpu-core": str(16 * cards),
@@ -109,7 +110,8 @@ def mt_node(name: str, cards: int = 2, units: int = 96, *, ready: bool = True, c
     if capacity is not None:
         res = capacity
     alloc = {k: v for k, v in {**res, **(allocatable or {})}.items() if v is not None}
-    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                         "annotations": dict(annotations or {})},
             "spec": {"taints": taints or [], "unschedulable": unschedulable},
             "status": {"capacity": res, "allocatable": alloc,
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}

@@ -12,6 +12,10 @@ NODE_POLICY = "hami.io/node-scheduler-policy"
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
 MIRROR = "kubernetes.io/config.mirror"
 
+# Set by operators on a node (docs/allocator.md, "Cordon a card" and "Instances per card").
+CORDON = "hami.io/device-cordon"  # HAMi's: comma-separated card ids that take nothing new
+MAX_INSTANCES = "mthreads.com/max-instances-per-card"  # the node's own maxInstancesPerCard
+
 # Written by the extender: how many times it put the pod back in kube-scheduler's queue because
 # the only room was on nodes outside kube-scheduler's node sample (docs/extender.md).
 REQUEUES = "mthreads.com/extender-requeues"

@@ -149,3 +149,27 @@ def test_victims_also_make_room_under_a_lowered_allocatable(setup):
     low = {holder(cache, "s4", 0, 32, 0), holder(cache, "s4", 1, 32, 0)}  # 64 of the 96 held
     got = preempt(client, api, high(1000, slice_(64, 4)), {"s4": []})  # either card has 64 free
     assert len(got["s4"]) == 1 and set(got["s4"]) <= low
+
+
+def test_victims_free_an_instance_of_a_card_at_its_limit(setup):
+    """Both cards hold the node's limit of containers (memory-only slices, room to spare in
+    memory): one low-priority holder frees an instance, and the one of a card that holds
+    fewer containers of lower priority is chosen."""
+    client, cache, api = setup
+    cache.apply("node", "MODIFIED", mt_node("s4", cards=2, units=96,
+                                            annotations={"mthreads.com/max-instances-per-card": "2"}))
+    low = [holder(cache, "s4", 0, 2, 0, cores=0), holder(cache, "s4", 0, 2, 0, cores=0)]
+    holder(cache, "s4", 1, 2, 50, cores=0)
+    holder(cache, "s4", 1, 2, 50, cores=0)
+    got = preempt(client, api, high(100, slice_(2)), {"s4": []})
+    assert len(got["s4"]) == 1 and got["s4"][0] in low
+
+
+def test_a_cordoned_card_is_not_made_room_on(setup):
+    """Evicting the holders of a cordoned card frees nothing the pod may take."""
+    client, cache, api = setup
+    cache.apply("node", "MODIFIED", mt_node("s4", cards=2, units=96,
+                                            annotations={"hami.io/device-cordon": "s4-mthreads-0"}))
+    holder(cache, "s4", 0, 96, 0)
+    other = holder(cache, "s4", 1, 96, 0)
+    assert preempt(client, api, high(), {"s4": []}) == {"s4": [other]}

@@ -26,6 +26,7 @@ class CardNeed:
     memory_mib: int  # per card: sum of the slices, or 0 for whole cards (they take all)
     cores: int  # per card: sum of the slices' cores
     any_coreless: bool  # some slice names no cores: needs a card whose cores are not all reserved
+    containers: int  # containers that will hold a share of each card (instances it adds)
     model_units: frozenset[int]
     use: frozenset[str]  # card ids allowed (empty: all)
     nouse: frozenset[str]  # card ids avoided
@@ -45,6 +46,7 @@ def need_of(request: PodRequest, use: frozenset[str] = frozenset(),
         memory_mib=sum(a.slice_memory for a in slices) * UNIT_MIB,
         cores=sum(a.cores or 0 for a in slices),
         any_coreless=any(a.cores is None for a in slices),
+        containers=len(slices) or 1,  # whole cards: one container on each card
         model_units=frozenset(m.units for m in request.models), use=use, nouse=nouse)
 
 
@@ -56,13 +58,17 @@ def held_whole(card: Card, u: CardUsage) -> bool:
 Usage = Callable[[str], CardUsage]
 
 
-def _filters(need: CardNeed, usage: Usage) -> Iterator[tuple[str, Callable[[Card], bool]]]:
+def _filters(need: CardNeed, node: NodeCards, usage: Usage
+             ) -> Iterator[tuple[str, Callable[[Card], bool]]]:
     yield reasons.TYPE_MISMATCH, lambda c: c.model.units in need.model_units
     yield reasons.UUID_MISMATCH, lambda c: (not need.use or c.id in need.use) and c.id not in need.nouse
+    yield reasons.CORDONED, lambda c: c.id not in node.settings.cordoned
     if need.kind is Kind.WHOLE:
         yield reasons.EXCLUSIVE_CONFLICT, lambda c: usage(c.id).idle
         return
     yield reasons.EXCLUSIVE_CONFLICT, lambda c: not held_whole(c, usage(c.id))
+    yield reasons.TIME_SLICING_EXHAUSTED, \
+        lambda c: usage(c.id).containers + need.containers <= node.settings.max_instances
     if need.any_coreless:
         yield reasons.CORES_EXHAUSTED, lambda c: usage(c.id).cores < CORES_PER_CARD
     yield reasons.INSUFFICIENT_CARD_MEMORY, lambda c: c.memory_mib - usage(c.id).memory_mib >= need.memory_mib
@@ -83,7 +89,7 @@ def fit_cards(need: CardNeed, node: NodeCards, usage: Usage, node_held_whole: bo
     if node_held_whole:
         return reasons.EXCLUSIVE_CONFLICT, ()
     candidates = list(node.cards)
-    for reason, keep in _filters(need, usage):
+    for reason, keep in _filters(need, node, usage):
         candidates = [c for c in candidates if keep(c)]
         if len(candidates) < need.cards:
             return reason, ()

@@ -8,6 +8,7 @@ from ..cards import CORES_PER_CARD, UNIT_MIB, CardModel
 from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from ..pods import parse_quantity
+from .node_annotations import CardSettings, card_settings
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,13 @@ class Card:
 class NodeCards:
     cards: tuple[Card, ...] = ()
     problem: str | None = None  # why a node that reports Mthreads capacity has no usable cards
+    # the node's annotations: cordoned cards, the containers a card may hold
+    settings: CardSettings = CardSettings()
+
+    def takes_new(self, card: Card, containers: int) -> bool:
+        """Whether a new share may go to the card at all: not cordoned, and holding fewer
+        than the node's limit of containers."""
+        return card.id not in self.settings.cordoned and containers < self.settings.max_instances
 
 
 def card_id(node: str, index: int) -> str:
@@ -32,25 +40,31 @@ def card_id(node: str, index: int) -> str:
 
 
 def node_cards(node: JsonObject, mt: MthreadsConfig) -> NodeCards:
-    """cards = sgpu-core / 16, units per card = sgpu-memory / cards, model from the units."""
+    """cards = sgpu-core / 16, units per card = sgpu-memory / cards, model from the units;
+    and what the node's annotations say of them."""
+    cards, problem = _read_cards(node, mt)
+    return NodeCards(cards, problem, card_settings(node, mt.max_instances_per_card))
+
+
+def _read_cards(node: JsonObject, mt: MthreadsConfig) -> tuple[tuple[Card, ...], str | None]:
     name = (node.get("metadata") or {}).get("name", "")
     capacity = (node.get("status") or {}).get("capacity") or {}
     raw_cores, raw_memory = capacity.get(mt.core_resource), capacity.get(mt.memory_resource)
     if raw_cores is None and raw_memory is None:
-        return NodeCards()  # not an Mthreads node
+        return (), None  # not an Mthreads node
     if raw_cores in ("0", 0) and raw_memory in ("0", 0, None):
-        return NodeCards()  # the device plugin reports no cards (e.g. while it restarts)
+        return (), None  # the device plugin reports no cards (e.g. while it restarts)
     cores, memory = parse_quantity(raw_cores), parse_quantity(raw_memory)
     if cores is None or memory is None:
-        return NodeCards(problem=f"capacity {mt.core_resource}={raw_cores!r}, "
-                                 f"{mt.memory_resource}={raw_memory!r} are not both positive integers")
+        return (), (f"capacity {mt.core_resource}={raw_cores!r}, "
+                    f"{mt.memory_resource}={raw_memory!r} are not both positive integers")
     if cores % CORES_PER_CARD:
-        return NodeCards(problem=f"{mt.core_resource}={cores} is not a multiple of {CORES_PER_CARD}")
+        return (), f"{mt.core_resource}={cores} is not a multiple of {CORES_PER_CARD}"
     count = cores // CORES_PER_CARD
     if memory % count:
-        return NodeCards(problem=f"{mt.memory_resource}={memory} does not divide into {count} cards")
+        return (), f"{mt.memory_resource}={memory} does not divide into {count} cards"
     units = memory // count
     if units < 2:
-        return NodeCards(problem=f"{units} units per card is less than the smallest slice (2)")
+        return (), f"{units} units per card is less than the smallest slice (2)"
     model = CardModel.of(units)
-    return NodeCards(tuple(Card(card_id(name, i), i, model) for i in range(count)))
+    return tuple(Card(card_id(name, i), i, model) for i in range(count)), None

@@ -37,18 +37,20 @@ def _without(state: ClusterState, removed: Iterable[PodShare]) -> tuple[Usage, i
     for s in removed:
         whole_node += s.whole_node
         for c in s.cards:
-            d = delta.setdefault(c.card, [0, 0, 0, 0])
+            d = delta.setdefault(c.card, [0, 0, 0, 0, 0])
             d[0] += c.memory_mib
             d[1] += c.cores
             d[2] += c.whole
             d[3] += 1
+            d[4] += c.containers
 
     def usage(card_id: str) -> CardUsage:
         u = state.card(card_id)
         d = delta.get(card_id)
         if d is None:
             return u
-        return CardUsage(u.memory_mib - d[0], u.cores - d[1], u.whole - d[2], u.holders - d[3])
+        return CardUsage(u.memory_mib - d[0], u.cores - d[1], u.whole - d[2], u.holders - d[3],
+                         u.containers - d[4])
     return usage, whole_node
 
 

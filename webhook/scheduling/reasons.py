@@ -28,15 +28,18 @@ NO_DEVICE = "NodeInsufficientDevice"  # no Mthreads cards, or fewer than the pod
 INCONSISTENT = "NodeCardsInconsistent"  # status.capacity cannot be read as cards
 TYPE_MISMATCH = "CardTypeMismatch"  # no card of a model the request is valid for
 UUID_MISMATCH = "CardUuidMismatch"  # use-gpuuuid / nouse-gpuuuid left no card
+CORDONED = "CardCordoned"  # named in the node's hami.io/device-cordon: takes nothing new
 EXCLUSIVE_CONFLICT = "ExclusiveDeviceAllocateConflict"  # card held whole, or whole card asked of a busy one
+TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"  # the card holds its limit of containers
 CORES_EXHAUSTED = "CardComputeUnitsExhausted"  # a slice without cores on a card whose cores are all reserved
 INSUFFICIENT_CARD_MEMORY = "CardInsufficientMemory"
 INSUFFICIENT_CARD_CORES = "CardInsufficientCore"
 
 # Every node or card reason, for the pending pods' metrics (observe/pending_metrics.py).
 ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY,
-       TOO_MANY_PODS, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, EXCLUSIVE_CONFLICT,
-       CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY, INSUFFICIENT_CARD_CORES)
+       TOO_MANY_PODS, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, CORDONED,
+       EXCLUSIVE_CONFLICT, TIME_SLICING_EXHAUSTED, CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY,
+       INSUFFICIENT_CARD_CORES)
 
 # Not about a node: the pod itself breaks the admission rules (created while the webhook was down).
 INVALID_REQUEST = "InvalidRequest"

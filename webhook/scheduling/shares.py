@@ -32,6 +32,7 @@ class CardShare:
     memory_mib: int
     cores: int
     whole: bool = False  # held exclusively: nothing else may share the card
+    containers: int = 1  # the pod's containers holding a share of the card (each an instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +50,16 @@ class PodShare:
 
 def card_shares(devices: Iterable[Device]) -> tuple[CardShare, ...]:
     """What a pod's devices hold on each card: the memory and cores of every entry naming it,
-    summed, one share a card, in the order the cards first appear."""
+    summed, and how many entries (one per container), one share a card, in the order the
+    cards first appear."""
     merged: dict[str, list[int]] = {}
     for d in devices:
-        m = merged.setdefault(d.card, [0, 0])
+        m = merged.setdefault(d.card, [0, 0, 0])
         m[0] += d.memory_mib
         m[1] += d.cores
-    return tuple(CardShare(card, memory, cores) for card, (memory, cores) in merged.items())
+        m[2] += 1
+    return tuple(CardShare(card, memory, cores, containers=n)
+                 for card, (memory, cores, n) in merged.items())
 
 
 def _meta(pod: JsonObject) -> JsonObject:

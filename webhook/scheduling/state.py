@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Iterator, Mapping, cast
 
 from sortedcontainers import SortedList
 
+from .. import annotations as keys
 from ..cards import CORES_PER_CARD
 from ..config import MthreadsConfig
 from ..json_types import JsonObject
@@ -39,6 +40,7 @@ class CardUsage:
     cores: int = 0
     whole: int = 0  # shares that hold the card exclusively
     holders: int = 0  # shares of any kind
+    containers: int = 0  # containers holding a share (instances of the card)
 
     @property
     def idle(self) -> bool:
@@ -237,6 +239,7 @@ class ClusterState:
             cu.cores += sign * c.cores
             cu.whole += sign * c.whole
             cu.holders += sign
+            cu.containers += sign * c.containers
             if cu.holders == 0:
                 del self.cards[c.card]
         if share.cards and share.node in self.nodes:
@@ -277,6 +280,8 @@ def node_room(cards: NodeCards, usage: Callable[[str], CardUsage]) -> NodeRoom:
     for c in cards.cards:
         u = usage(c.id)
         used += card_used(c.memory_mib, u)
+        if not cards.takes_new(c, u.containers):
+            continue  # cordoned or at its limit of containers: no room to offer
         idle += u.idle
         if shareable(c.memory_mib, u):
             free.append((c.memory_mib - u.memory_mib, CORES_PER_CARD - u.cores))
@@ -306,5 +311,7 @@ def _fingerprint(node: JsonObject) -> tuple[object, ...]:
     """What of a node a decision reads."""
     meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
     ready = [c.get("status") for c in status.get("conditions") or () if c.get("type") == "Ready"]
+    ann = meta.get("annotations") or {}
     return (repr(meta.get("labels")), repr(spec.get("taints")), spec.get("unschedulable"),
-            repr(status.get("capacity")), repr(status.get("allocatable")), tuple(ready))
+            repr(status.get("capacity")), repr(status.get("allocatable")), tuple(ready),
+            ann.get(keys.CORDON), ann.get(keys.MAX_INSTANCES))
