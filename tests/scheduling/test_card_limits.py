@@ -17,7 +17,12 @@ from webhook.pods import read_request
 from webhook.scheduling import reasons
 from webhook.scheduling.card_fit import may_fit
 from webhook.scheduling.decide import NoFit, Placement, place
-from webhook.scheduling.node_annotations import card_settings, cordoned_cards
+from webhook.scheduling.node_annotations import (
+    Ignored,
+    IgnoredEntries,
+    card_settings,
+    cordoned_cards,
+)
 from webhook.scheduling.request import request_of
 from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
@@ -269,3 +274,29 @@ def test_first_fit_with_cordons_and_limits_is_the_full_scan_s_choice(node_policy
         placed += 1
     assert placed >= 50 and refused >= 50
     assert seen[reasons.CORDONED] and seen[reasons.TIME_SLICING_EXHAUSTED]  # both rules decided
+
+
+# --- telling the operator what was ignored --------------------------------------------------
+
+def node_with(name, **ann):
+    n = mt_node(name, 2, annotations={getattr(keys, k): v for k, v in ann.items()})
+    n["metadata"]["uid"] = f"uid-{name}"
+    return n
+
+
+def test_ignored_entries_are_told_once_per_change():
+    told = IgnoredEntries(16)
+    bad = node_with("n", CORDON="n-mthreads-0,,m-mthreads-1")
+    said = told.seen("RESET", [bad, node_with("ok", CORDON="ok-mthreads-1")])
+    assert said == [Ignored("n", "uid-n", "hami.io/device-cordon: ignored '' (an empty item), "
+                                          "'m-mthreads-1' (not a card of n: <node>-mthreads-<index>)")]
+    assert told.seen("MODIFIED", bad) == []  # a heartbeat: told already
+    assert told.seen("RESET", [bad]) == []  # a relist: told already
+    worse = node_with("n", CORDON="n-mthreads-0,,m-mthreads-1", MAX_INSTANCES="32")
+    (said,) = told.seen("MODIFIED", worse)  # more ignored: told again, both annotations
+    assert said.message.startswith("hami.io/device-cordon: ignored ") and \
+        "; mthreads.com/max-instances-per-card: ignored '32'" in said.message
+    assert told.seen("MODIFIED", node_with("n", CORDON="n-mthreads-0")) == []  # fixed: nothing
+    assert len(told.seen("MODIFIED", bad)) == 1  # broken again: told again
+    told.seen("DELETED", bad)
+    assert len(told.seen("ADDED", bad)) == 1  # a node made again under the name

@@ -31,6 +31,7 @@ from ..scheduling import reasons
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import DROPPED, READ, STORAGE_KINDS, Phase, SchedulerCache
 from ..scheduling.decide import NoFit, Placement, place
+from ..scheduling.node_annotations import WARNING_REASON, IgnoredEntries
 from ..scheduling.pod_status import LIVE_PODS, is_bound, is_finished, uid_of
 from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue
 from ..scheduling.request import request_of
@@ -57,6 +58,8 @@ class Allocator:
         self.informers: list[Informer] = []
         self.stop = threading.Event()
         self.heartbeat = time.monotonic()
+        # told once per change, not again by each session's relist
+        self.ignored = IgnoredEntries(config.mthreads.max_instances_per_card)
         self._reset()
 
     def _reset(self) -> None:
@@ -105,6 +108,10 @@ class Allocator:
             self.cache.apply(kind, event, obj)
             if kind == "pod":
                 self._route_pod(event, obj)
+            elif kind == "node":
+                for said in self.ignored.seen(event, obj):
+                    log.warning("node %s: %s", said.node, said.message)
+                    self.reporter.node_warning(said.node, said.uid, WARNING_REASON, said.message)
 
     def _route_pod(self, event: str, obj) -> None:
         """A pod event, after the cache has it: a pending pod of ours waits in the queue (not

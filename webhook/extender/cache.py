@@ -27,6 +27,7 @@ from ..config import Config
 from ..kube.informer import STORAGE_WATCHES
 from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
 from ..scheduling.decide import Placement
+from ..scheduling.node_annotations import Ignored, IgnoredEntries
 from ..scheduling.pod_status import BOUND_LIVE_PODS, uid_of, waiting_for
 from ..scheduling.preemption import victims_on
 from ..scheduling.request import PodAsk
@@ -48,6 +49,8 @@ class Cache:
         self._waiting: dict[str, dict] = {}  # uid -> a pod waiting for our scheduler, as watched
         self._waiting_listed = False
         self.synced = threading.Event()  # nodes, bound pods and waiting pods listed
+        self._ignored = IgnoredEntries(config.mthreads.max_instances_per_card)
+        self._to_tell: list[Ignored] = []  # nodes whose annotations had entries ignored
 
     def watched(self) -> list[tuple[str, str, str | None]]:
         """(kind, path, fieldSelector) of the watches that feed `apply`."""
@@ -67,6 +70,8 @@ class Cache:
             self._apply_waiting(event, obj)
         else:
             self.core.apply(kind, event, obj)
+            if kind == "node":
+                self._to_tell += self._ignored.seen(event, obj)
         if self._waiting_listed and self.core.ready:
             self.synced.set()
 
@@ -81,6 +86,11 @@ class Cache:
                 self._waiting[uid_of(obj)] = obj
         if event == "DELETED":
             self.core.release(uid_of(obj))  # a reservation the bind did not take has no use now
+
+    def to_tell(self) -> list[Ignored]:
+        """The nodes to warn about since the last call (the watch's loop only)."""
+        told, self._to_tell = self._to_tell, []
+        return told
 
     def waiting_pod(self, namespace: str, name: str, uid: str) -> dict | None:
         """The pod waiting for our scheduler with this uid, namespace and name, as watched;

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 import time
 from typing import Awaitable, Callable, TypeVar
 
@@ -34,9 +35,11 @@ from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..kube.pods import patch_pod, post_binding, read_pod
+from ..kube.reporter import warn_node
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import READ
 from ..scheduling.decide import Placement
+from ..scheduling.node_annotations import WARNING_REASON
 from ..scheduling.request import request_of
 from . import wire
 
@@ -242,12 +245,16 @@ class Extender:
 
     async def tend(self) -> None:
         """Until cancelled, on the event loop: release the reservations whose time is up
-        (every half second), and read again the pods whose binding outcome is unknown
-        (every RESOLVE_EVERY seconds)."""
+        and warn about nodes whose annotations had entries ignored (every half second), and
+        read again the pods whose binding outcome is unknown (every RESOLVE_EVERY seconds)."""
         last_read = time.monotonic()
         while True:
             await asyncio.sleep(0.5)
             self.source.core.expire(time.monotonic())
+            for said in self.source.to_tell():
+                log.warning("node %s: %s", said.node, said.message)
+                await warn_node(self.api, said.node, said.uid, WARNING_REASON, said.message,
+                                self.config.scheduler_name, socket.gethostname())
             if time.monotonic() - last_read >= RESOLVE_EVERY:
                 last_read = time.monotonic()
                 for uid, namespace, name in self.source.core.uncertain():

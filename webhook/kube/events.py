@@ -1,9 +1,12 @@
-"""FailedScheduling events without spam: one Event per pod and message, its count kept up to
-date at most every REFRESH_SECONDS while the pod keeps failing the same way."""
+"""Events: FailedScheduling without spam (one Event per pod and message, its count kept up to
+date at most every REFRESH_SECONDS while the pod keeps failing the same way), and the one
+shape of every Event the programs write (`event_body`)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 REFRESH_SECONDS = 10.0
 
@@ -42,3 +45,21 @@ class EventBook:
 
     def forget(self, uid: str) -> None:
         self.by_pod.pop(uid, None)
+
+
+def now_text() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_body(involved: dict, reason: str, message: str, component: str, instance: str) -> dict:
+    """A core/v1 Warning Event about `involved` (apiVersion, kind, name, uid, and namespace for
+    a namespaced object: the Event goes there, a node's to `default` as the kubelet's do)."""
+    ns, now = involved.get("namespace") or "default", now_text()
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": ns},
+        "involvedObject": involved, "reason": reason, "message": message, "type": "Warning",
+        "source": {"component": component},
+        "reportingComponent": component, "reportingInstance": instance,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }

@@ -12,17 +12,12 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from datetime import datetime, timezone
 
 from .api import Api, ApiError
-from .events import EventBook
+from .events import EventBook, event_body, now_text
 from .io_loop import IoLoop, io_loop
 
 log = logging.getLogger(__name__)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _says_unschedulable(pod: dict, message: str) -> bool:
@@ -32,6 +27,20 @@ def _says_unschedulable(pod: dict, message: str) -> bool:
             return c.get("status") == "False" and c.get("reason") == "Unschedulable" \
                 and c.get("message") == message
     return False
+
+
+async def warn_node(api: Api, node: str, uid: str, reason: str, message: str, component: str,
+                    instance: str) -> None:
+    """Post a Warning event on a node (`kubectl describe node` shows it); a refusal is logged."""
+    body = event_body({"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
+                      reason, message, component, instance)
+    try:
+        reply = await api.call("POST", "/api/v1/namespaces/default/events", body=body)
+    except ApiError as e:
+        log.warning("event for node %s: %s", node, e)
+        return
+    if not reply.ok:
+        log.warning("event for node %s: %s", node, reply.message())
 
 
 class Reporter:
@@ -123,7 +132,7 @@ class Reporter:
         meta = pod["metadata"]
         patch = {"status": {"conditions": [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": message, "lastProbeTime": None, "lastTransitionTime": _now()}]}}
+            "message": message, "lastProbeTime": None, "lastTransitionTime": now_text()}]}}
         reply = await self.api.call("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/"
                               f"{meta['name']}/status", body=patch,
                               content_type="application/strategic-merge-patch+json")
@@ -132,29 +141,26 @@ class Reporter:
 
     async def _create_event(self, pod: dict, message: str) -> None:
         meta = pod["metadata"]
-        ns, now = meta["namespace"], _now()
-        event_name = f"{meta['name']}.{time.time_ns():x}"
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": event_name, "namespace": ns},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns,
-                               "name": meta["name"], "uid": meta["uid"],
-                               "resourceVersion": meta.get("resourceVersion")},
-            "reason": "FailedScheduling", "message": message, "type": "Warning",
-            "source": {"component": self.component},
-            "reportingComponent": self.component, "reportingInstance": self.instance,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
+        ns = meta["namespace"]
+        body = event_body({"apiVersion": "v1", "kind": "Pod", "namespace": ns,
+                           "name": meta["name"], "uid": meta["uid"],
+                           "resourceVersion": meta.get("resourceVersion")},
+                          "FailedScheduling", message, self.component, self.instance)
         reply = await self.api.call("POST", f"/api/v1/namespaces/{ns}/events", body=body)
         if reply.ok:
-            self.book.written(meta["uid"], event_name, time.monotonic())
+            self.book.written(meta["uid"], body["metadata"]["name"], time.monotonic())
         else:
             log.warning("event for %s/%s: %s", ns, meta["name"], reply.message())
+
+    def node_warning(self, node: str, uid: str, reason: str, message: str) -> None:
+        """A Warning event on a node, written on the I/O loop (not queued with the pods')."""
+        self.io.submit(warn_node(self.api, node, uid, reason, message, self.component,
+                                 self.instance))
 
     async def _patch_event(self, ns: str, uid: str) -> None:
         t = self.book.by_pod[uid]
         reply = await self.api.call("PATCH", f"/api/v1/namespaces/{ns}/events/{t.name}",
-                              body={"count": t.count, "lastTimestamp": _now()},
+                              body={"count": t.count, "lastTimestamp": now_text()},
                               content_type="application/merge-patch+json")
         self.book.written(uid, None, time.monotonic())
         if not reply.ok:

@@ -18,6 +18,7 @@ from ..config import MAX_INSTANCES
 from ..json_types import JsonObject
 
 _INDEX = re.compile(r"[0-9]+")
+WARNING_REASON = "InvalidCardAnnotation"  # the Warning event's reason on the node
 
 
 @dataclass(frozen=True)
@@ -62,3 +63,43 @@ def card_settings(node: JsonObject, default_limit: int) -> CardSettings:
             ignored.append(f"{keys.MAX_INSTANCES}: ignored {raw!r} (not a whole number from 1 to "
                            f"{MAX_INSTANCES}); the limit is maxInstancesPerCard, {default_limit}")
     return CardSettings(cordoned, limit, tuple(ignored))
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """What a node's annotations had ignored, to tell the operator (a Warning event on it)."""
+
+    node: str
+    uid: str
+    message: str
+
+
+class IgnoredEntries:
+    """Which nodes to warn about: once per change of what their annotations have ignored (not
+    on every heartbeat), fed the node watch's events as they are applied."""
+
+    def __init__(self, default_limit: int):
+        self.default_limit = default_limit
+        self._told: dict[str, tuple[str, ...]] = {}
+
+    def seen(self, event: str, obj: JsonObject | list[JsonObject]) -> list[Ignored]:
+        """The warnings an event brings: RESET (a full list), DELETED, or an add/update."""
+        if event == "DELETED":
+            assert isinstance(obj, dict)
+            self._told.pop((obj.get("metadata") or {}).get("name", ""), None)
+            return []
+        nodes = obj if isinstance(obj, list) else [obj]
+        if event == "RESET":
+            listed = {(n.get("metadata") or {}).get("name", "") for n in nodes}
+            self._told = {name: t for name, t in self._told.items() if name in listed}
+        out = []
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            name, ignored = meta.get("name", ""), card_settings(node, self.default_limit).ignored
+            if ignored != self._told.get(name, ()):
+                if ignored:
+                    out.append(Ignored(name, meta.get("uid", ""), "; ".join(ignored)))
+                    self._told[name] = ignored
+                else:
+                    self._told.pop(name, None)
+        return out
