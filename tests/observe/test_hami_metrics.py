@@ -147,3 +147,20 @@ def test_a_pod_seen_again_without_annotation_is_dropped():
     del p["metadata"]["annotations"][ALLOCATED]
     pods.seen(p)
     assert pods.snapshot() == []
+
+
+def test_the_card_limit_and_the_cordoned_cards_of_each_node():
+    """Beside HAMi's count of containers on a card, its limit; and per node the cards
+    cordoned, 0 again once the annotation is gone."""
+    s4 = mt_node("s4", cards=3, units=96, annotations={
+        "hami.io/device-cordon": "s4-mthreads-0,s4-mthreads-2", "mthreads.com/max-instances-per-card": "4"})
+    pods = BoundPods()
+    pods.seen(bound_slice("b", "s4", "s4-mthreads-1,Mthreads,1024,0:;s4-mthreads-1,Mthreads,1024,0:;"))
+    m = scrape([info(s4), info(mt_node("s5", cards=1, units=160))], pods)
+    limits = {s.labels["device_uuid"]: s.value for s in m["mthreads_card_containers_limit"]}
+    assert limits == {"s4-mthreads-0": 4, "s4-mthreads-1": 4, "s4-mthreads-2": 4, "s5-mthreads-0": 16}
+    assert values(m["hami_gpu_shared_count"], device_uuid="s4-mthreads-1") == [2]
+    assert {s.labels["node"]: s.value for s in m["mthreads_node_cards_cordoned"]} == {"s4": 2, "s5": 0}
+    s4["metadata"]["annotations"] = {}
+    m = scrape([info(s4)], pods)
+    assert {s.labels["node"]: s.value for s in m["mthreads_node_cards_cordoned"]} == {"s4": 0}

@@ -24,6 +24,8 @@ class CardView:
     cores_used: int
     containers: int  # container entries on the card (HAMi's shared count)
     pods: tuple[str, ...]  # "namespace/name" of the pods on it, sorted
+    max_instances: int  # containers the card may hold at most (its node's limit)
+    cordoned: bool  # named in its node's hami.io/device-cordon: takes nothing new
 
 
 def copy_of(view: Callable[[], Iterable]) -> list:
@@ -56,5 +58,7 @@ def card_views(nodes: Iterable[tuple[str, NodeCards]], pods: Iterable[BoundPod])
                 memory += card.memory_mib if h.whole else h.memory_mib
                 cores += CORES_PER_CARD if h.whole else h.cores
             views.append(CardView(node, card, memory, cores, len(held),
-                                  tuple(sorted({p.key for p, _ in held}))))
+                                  tuple(sorted({p.key for p, _ in held})),
+                                  cards.settings.max_instances,
+                                  card.id in cards.settings.cordoned))
     return views

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from ..cards import CORES_PER_CARD, VENDOR
 from ..scheduling.bound import UNREADABLE, BoundPod
+from .card_metrics import card_rule_families
 from .card_views import CardView, card_views
 
 ZONE = "vGPU"
@@ -72,7 +73,8 @@ def hami_families(views: Iterable[CardView], pods: Iterable[BoundPod]) -> list[G
 
 
 class HamiCollector(Collector):
-    """Registers on a prometheus_client registry; `snapshot()` gives (the nodes: objects with
+    """HAMi's families and the cards' own rules (card_metrics.py). Registers on a
+    prometheus_client registry; `snapshot()` gives (the nodes: objects with
     `.name` and `.cards`, the allocator's NodeInfo; the bound pods' cards) as of one moment
     (the scheduler cache's `snapshot`)."""
 
@@ -82,7 +84,9 @@ class HamiCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         nodes, pods = self.snapshot()
         pods = list(pods)
-        yield from hami_families(card_views([(n.name, n.cards) for n in nodes], pods), pods)
+        views = card_views([(n.name, n.cards) for n in nodes], pods)
+        yield from hami_families(views, pods)
+        yield from card_rule_families(views)  # ours, from the same view
 
     def describe(self):
         return []  # the families are made on each scrape; nothing to check at registration
