@@ -41,11 +41,11 @@ def test_table_and_json_on_a_known_fleet(kube_cluster, admin, fleet, namespace, 
     assert all(len(line) <= 80 for line in lines), out.stdout
     # the node column gives way to long node names (the card id begins with the node's name)
     header = lines[0].split()
-    assert header[-5:] == ["CARD", "MODEL", "MEMORY", "CORES", "PODS"] and header[:-5] in ([], ["NODE"])
-    rows = {line.split()[-5]: line for line in lines[1:3]}  # by card id
+    assert header[-6:] == ["CARD", "MODEL", "MEMORY", "CORES", "SHARED", "PODS"] and header[:-6] in ([], ["NODE"])
+    rows = {line.split()[-6]: line for line in lines[1:3]}  # by card id
     idle = f"{s4}-mthreads-{1 - int(card_a[-1])}"
-    assert rows[card_a].split()[-4:] == ["MTT-S4000", "16/48Gi", "8/16", f"{namespace}/a"]
-    assert rows[idle].split()[-4:] == ["MTT-S4000", "0/48Gi", "0/16", "-"]
+    assert rows[card_a].split()[-5:] == ["MTT-S4000", "16/48Gi", "8/16", "1/16", f"{namespace}/a"]
+    assert rows[idle].split()[-5:] == ["MTT-S4000", "0/48Gi", "0/16", "0/16", "-"]
     assert s5 not in out.stdout.split("PENDING")[0]  # --node: that node's cards only
     assert "PENDING MTHREADS PODS" in out.stdout
     assert " ".join(out.stdout.split()).count(f"{namespace}/waits: {why}") == 1
@@ -55,7 +55,7 @@ def test_table_and_json_on_a_known_fleet(kube_cluster, admin, fleet, namespace, 
     assert mine[f"{s5}-mthreads-0"] == {
         "node": s5, "card": f"{s5}-mthreads-0", "index": 0, "model": "MTT-S5000",
         "memoryUsedMiB": 81920, "memoryTotalMiB": 81920, "coresUsed": 16, "coresTotal": 16,
-        "containers": 1, "pods": [f"{namespace}/full"]}
+        "containers": 1, "containersLimit": 16, "cordoned": False, "pods": [f"{namespace}/full"]}
     assert mine[card_a]["memoryUsedMiB"] == 16384 and mine[card_a]["coresUsed"] == 8
     assert {"pod": f"{namespace}/waits", "reason": why} in doc["pending"]
 

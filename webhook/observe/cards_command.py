@@ -13,7 +13,8 @@ def add_parser(subparsers, kubeconfig_help: str) -> None:
     c.add_argument("--kubeconfig", help=kubeconfig_help)
     c.add_argument("--config", help="config file, for other resource names (default: all defaults)")
     c.add_argument("--node", help="only this node's cards")
-    c.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    c.add_argument("-o", "--output", choices=("table", "wide", "json"), default="table",
+                   help="table: 80 columns, names wrapped, never cut; wide: one line a card; json")
 
 
 async def _list(api, path: str, query: dict | None = None) -> list[dict]:
@@ -44,5 +45,6 @@ def run(config: Config, kubeconfig: str | None, node: str | None, output: str) -
         raise StartupError(str(e)) from None
     nodes, pods, events = run_blocking(_read(api))
     r = cards_report.report(nodes, pods, events, config.mthreads, node)
-    sys.stdout.write(cards_report.as_json(r) if output == "json" else cards_report.table(r))
+    sys.stdout.write(cards_report.as_json(r) if output == "json" else
+                     cards_report.table(r, None if output == "wide" else cards_report.WIDTH))
     return 0

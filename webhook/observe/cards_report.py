@@ -8,7 +8,6 @@ decoding (inventory.node_cards, bound.bound_pod), so the figures are the allocat
 from __future__ import annotations
 
 import json
-import textwrap
 from dataclasses import dataclass
 
 from ..cards import CORES_PER_CARD
@@ -24,6 +23,7 @@ from ..scheduling.pod_status import (
     scheduling_gates,
 )
 from .card_views import CardView, card_views
+from .text_lines import pack, wrap
 
 WIDTH = 80
 NO_REASON = "not decided yet (is the allocator running?)"
@@ -88,58 +88,65 @@ def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"
 
 
+CORDONED = "(cordoned)"  # after a card id in the table
+
+
 def _row(v: CardView) -> list[str]:
-    return [v.node, v.card.id, v.card.model.name,
+    card = f"{v.card.id} {CORDONED}" if v.cordoned else v.card.id
+    return [v.node, card, v.card.model.name,
             f"{_gib(v.memory_used_mib)}/{_gib(v.card.memory_mib)}Gi",
-            f"{v.cores_used}/{CORES_PER_CARD}", ", ".join(v.pods) or "-"]
+            f"{v.cores_used}/{CORES_PER_CARD}", f"{v.containers}/{v.max_instances}"]
 
 
-def _fit(text: str, width: int) -> str:
-    """Cut a list of pods to `width`, saying how many were left out."""
-    if len(text) <= width:
-        return text
-    names = text.split(", ")
-    for keep in range(len(names) - 1, 0, -1):
-        short = ", ".join(names[:keep]) + f" +{len(names) - keep}"
-        if len(short) <= width:
-            return short
-    return text[:max(width - 1, 1)] + "…"
-
-
-def table(r: Report, width: int = WIDTH) -> str:
-    lines = _card_lines([_row(v) for v in r.cards], width) if r.cards else ["no Mthreads cards found"]
+def table(r: Report, width: int | None = WIDTH) -> str:
+    """The cards, then the pending pods; `width` None (`-o wide`): every column, one line a
+    card and a pod, however long."""
+    lines = _card_lines(r.cards, width) if r.cards else ["no Mthreads cards found"]
     for name, why in r.problems:
         lines.append(f"node {name}: no usable cards: {why}")
     lines.append("")
     if r.pending:
         lines.append(f"PENDING MTHREADS PODS ({len(r.pending)})")
         for p in r.pending:
-            lines.extend(textwrap.wrap(f"{p.pod}: {p.reason}", width, subsequent_indent="    "))
+            lines.extend(wrap(f"{p.pod}: {p.reason}", width))
     else:
         lines.append("no pending Mthreads pods")
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+HEAD = ["NODE", "CARD", "MODEL", "MEMORY", "CORES", "SHARED", "PODS"]
 MIN_PODS = 12  # columns left for the pods before the node column gives way
 
 
-def _card_lines(rows: list[list[str]], width: int) -> list[str]:
-    """The node once, on its first card; when long names leave the pods too little room the
-    node column is left out: the card id begins with the node's name. (Only card ids of more
-    than about 50 characters still make a line longer than `width`.)"""
-    head = ["NODE", "CARD", "MODEL", "MEMORY", "CORES", "PODS"]
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(5)]
-    first = 0 if width - sum(widths) - 2 * 5 >= MIN_PODS else 1
-    room = max(width - sum(widths[first:]) - 2 * (5 - first), MIN_PODS)
-    lines, last_node = [], None
-    for i, x in enumerate([head] + rows):
-        cells = list(x)
-        if i and cells[0] == last_node:
+def _card_lines(views: list[CardView], width: int | None) -> list[str]:
+    """The node once, on its first card; the pods of a card wrapped onto as many lines as they
+    take, never cut. When a pod's name would not fit beside the other columns (or they leave
+    the pods too little room) the node column is left out first: the card id begins with the
+    node's name. A name longer than what is left still stands whole, past `width`."""
+    rows = [_row(v) for v in views]
+    fixed = len(HEAD) - 1
+    widths = [max(len(x[i]) for x in [HEAD] + rows) for i in range(fixed)]
+    longest = max((len(p) + 1 for v in views for p in v.pods), default=0)  # and its comma
+
+    def room(first: int) -> int:
+        return width - sum(widths[first:]) - 2 * (fixed - first) if width is not None else 0
+
+    first = 0 if width is None or room(0) >= max(longest, MIN_PODS) else 1
+    pods_room = None if width is None else max(room(first), MIN_PODS)
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells[first:fixed], widths[first:]))
+
+    lines, last_node = [line(HEAD) + "  PODS"], None
+    for v, cells in zip(views, rows):
+        if cells[0] == last_node:
             cells[0] = ""
-        elif i:
-            last_node = x[0]
-        lines.append("  ".join(c.ljust(w) for c, w in zip(cells[first:5], widths[first:]))
-                     + "  " + _fit(cells[5], room))
+        else:
+            last_node = cells[0]
+        left = line(cells)
+        pods = pack(list(v.pods), pods_room) if v.pods else ["-"]
+        lines.append(f"{left}  {pods[0]}")
+        lines.extend(" " * (len(left) + 2) + more for more in pods[1:])
     return lines
 
 
@@ -149,7 +156,8 @@ def as_json(r: Report) -> str:
                    "model": v.card.model.name,
                    "memoryUsedMiB": v.memory_used_mib, "memoryTotalMiB": v.card.memory_mib,
                    "coresUsed": v.cores_used, "coresTotal": CORES_PER_CARD,
-                   "containers": v.containers, "pods": list(v.pods)} for v in r.cards],
+                   "containers": v.containers, "containersLimit": v.max_instances,
+                   "cordoned": v.cordoned, "pods": list(v.pods)} for v in r.cards],
         "pending": [{"pod": p.pod, "reason": p.reason} for p in r.pending],
         "problems": [{"node": n, "problem": why} for n, why in r.problems],
     }, indent=2) + "\n"
