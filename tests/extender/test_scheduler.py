@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 import time
-import uuid
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import kubernetes.client as k
@@ -199,22 +199,6 @@ def test_room_outside_kube_schedulers_node_sample_is_found(stack, admin, fleet, 
     assert requeued >= 1
 
 
-@pytest.fixture
-def priorities(admin):
-    """PriorityClasses low (10) and high (1000) for one test; deleted afterwards."""
-    tag = uuid.uuid4().hex[:6]
-    api = k.SchedulingV1Api(admin)
-    made = {}
-    for level, value in (("low", 10), ("high", 1000)):
-        name = f"{level}-{tag}"
-        api.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                                   "metadata": {"name": name}, "value": value})
-        made[level] = name
-    yield made
-    for name in made.values():
-        api.delete_priority_class(name)
-
-
 def test_preemption_frees_the_cards_of_lower_priority_pods(stack, admin, fleet, namespace, priorities):
     """kube-scheduler 1.20 preempts through the extender's `preempt` verb: the high-priority
     pod that fits nowhere gets the card of the evicted low-priority pods; a pod of equal
@@ -246,3 +230,31 @@ def test_preemption_frees_the_cards_of_lower_priority_pods(stack, admin, fleet, 
     assert placed["spec"]["nodeName"] == s4a and card_of(placed) == card
     assert not read_pod(admin, namespace, peer)["metadata"].get("deletionTimestamp")
     check(list_pods(admin, namespace), capacities({s4a: (1, 96), s4b: (1, 96)}))
+
+
+def cordoned_cards(stack, node: str) -> float | None:
+    """The extender's mthreads_node_cards_cordoned of the node: what its cache has seen."""
+    url = stack.extender.health_url.rsplit("/", 1)[0] + "/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    line = f'mthreads_node_cards_cordoned{{node="{node}"}} '
+    return next((float(x[len(line):]) for x in text.splitlines() if x.startswith(line)), None)
+
+
+def test_a_cordoned_card_gets_nothing_through_the_extender(stack, admin, fleet, namespace):
+    """kube-scheduler and the extender: with card 0 cordoned every slice goes to card 1; with
+    both cordoned the next waits with the extender's reason, CardCordoned."""
+    node, = fleet(2, 96)
+    sel = fleet.selector
+    k.CoreV1Api(admin).patch_node(node, {"metadata": {"annotations": {
+        "hami.io/device-cordon": f"{node}-mthreads-0"}}})
+    wait_for(lambda: cordoned_cards(stack, node) == 1, 30, what="the extender seeing the cordon")
+    names = [create(admin, namespace, pod(slice_(8, 2, name="a"), name=f"s{i}"), sel) for i in range(3)]
+    placed = [wait_for(lambda n=n: bound_pod(admin, namespace, n), 30, what=f"{n} bound") for n in names]
+    assert {card_of(p) for p in placed} == {f"{node}-mthreads-1"}
+    k.CoreV1Api(admin).patch_node(node, {"metadata": {"annotations": {
+        "hami.io/device-cordon": f"{node}-mthreads-0,{node}-mthreads-1"}}})
+    wait_for(lambda: cordoned_cards(stack, node) == 2, 30, what="the extender seeing both cordoned")
+    create(admin, namespace, pod(slice_(8, 2, name="a"), name="waits"), sel)
+    c = wait_for(lambda: refused(admin, namespace, "waits"), 30, what="waits refused")
+    assert "CardCordoned" in c["message"], c
+    assert all(not read_pod(admin, namespace, n)["metadata"].get("deletionTimestamp") for n in names)

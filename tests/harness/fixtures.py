@@ -52,6 +52,22 @@ def namespace(admin):
 
 
 @pytest.fixture
+def priorities(admin):
+    """PriorityClasses low (10) and high (1000) for one test; deleted afterwards."""
+    tag = uuid.uuid4().hex[:6]
+    api = k.SchedulingV1Api(admin)
+    made = {}
+    for level, value in (("low", 10), ("high", 1000)):
+        name = f"{level}-{tag}"
+        api.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                   "metadata": {"name": name}, "value": value})
+        made[level] = name
+    yield made
+    for name in made.values():
+        api.delete_priority_class(name)
+
+
+@pytest.fixture
 def start_allocator(kube_cluster, admin, tmp_path):
     """Start allocator processes; all are stopped by PID at the end of the test."""
     started: list[AllocatorProcess] = []
