@@ -96,6 +96,13 @@ def test_bad_yaml_names_the_file_and_line(tmp_path):
         load_config(str(f))
 
 
+def test_two_documents_are_refused(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("schedulerName: a\n---\nschedulerName: b\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: holds 2 YAML documents; the config is one"):
+        load_config(str(f))
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(str(tmp_path / "nope.yaml"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
+from .yaml_files import YamlFileError, load_yaml
 
 POLICIES = ("binpack", "spread")
 MAX_INSTANCES = 16  # the vendor's max_inst ranges over 1..16
@@ -57,16 +57,13 @@ def load_config(path: str | None) -> Config:
     if path is None:
         return Config()
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
+        documents = load_yaml(path)
+    except YamlFileError as e:
+        raise ConfigError(str(e)) from None
+    if len(documents) > 1:
+        raise ConfigError(f"{path}: holds {len(documents)} YAML documents; the config is one")
     try:
-        return parse_config(data)
+        return parse_config(documents[0] if documents else None)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
 

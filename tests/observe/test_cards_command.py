@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 
+import kubernetes.client as k
 import pytest
+import yaml
 
 from tests.builders import slice_
-from tests.harness.kube import ADMIN, ALICE, free_ports
+from tests.harness.kube import ADMIN, ALICE, ensure_namespace, free_ports, read_pod
 
 from .cluster import create, pod, wait_bound, wait_unschedulable
 
@@ -93,3 +96,133 @@ def test_one_line_when_no_cluster_answers(tmp_path):
 def test_one_line_when_there_is_no_config(args, says):
     out = cards(*args)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and says in out.stderr, out.stderr
+
+
+def explain(*args: str, kubeconfig: str) -> subprocess.CompletedProcess:
+    return cards(*args, "--kubeconfig", kubeconfig)
+
+
+@pytest.mark.cluster
+def test_explain_names_the_fragmented_cards_and_victims_whose_removal_lets_it_bind(
+        kube_cluster, admin, fleet, namespace, start_allocator, priorities, tmp_path):
+    """Two S4000 cards with 40 units free each and a 64-unit slice of high priority: it waits
+    (the allocator does not preempt); `cards explain` names both cards in figures and one
+    low-priority pod whose removal makes room, evicting nothing; `cards what-if` of the same
+    pod in a file says the same; the test deletes the victim and the pod binds."""
+    node, = fleet(2, 96)
+    start_allocator()
+    low = {"priorityClassName": priorities["low"], "nodeSelector": fleet.selector}
+    holders = []
+    for i, units in enumerate((32, 32, 16, 16, 8, 8)):  # spread: one of each size on each card
+        p = pod(slice_(units, 2, name="c"), name=f"low-{i}")
+        p["spec"].update(low)
+        holders.append(create(admin, namespace, p))
+        wait_bound(admin, namespace, holders[-1])
+    big = pod(slice_(64, 4, name="c"), name="big")
+    big["spec"].update({"priorityClassName": priorities["high"], "nodeSelector": fleet.selector})
+    create(admin, namespace, big)
+    assert "CardInsufficientMemory" in wait_unschedulable(admin, namespace, "big")["message"]
+    kubeconfig = str(kube_cluster.kubeconfig(ADMIN))
+
+    out = explain("explain", f"{namespace}/big", kubeconfig=kubeconfig)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"{namespace}/big does not fit: 0/")
+    assert f"{node}: CardInsufficientMemory" in lines
+    assert "    card 0: 40 of 96 units free, the pod needs 64" in lines
+    assert "    card 1: 40 of 96 units free, the pod needs 64" in lines
+    assert all(len(line) <= 80 for line in lines), out.stdout
+    flat = " ".join(out.stdout.split())
+    assert f"to make room (a dry run: nothing is evicted): remove 1 pod(s) on {node}: " in flat
+    doc = json.loads(explain("explain", f"{namespace}/big", "-o", "json", kubeconfig=kubeconfig).stdout)
+    assert doc["fits"] is False and doc["priority"] == 1000
+    (victim,) = doc["makeRoom"]["victims"]
+    assert victim["priority"] == 10 and victim["pod"] in {f"{namespace}/low-0", f"{namespace}/low-1"}
+    assert f"{victim['pod']} (priority 10)" in flat
+    for name in holders:  # a dry run
+        p = read_pod(admin, namespace, name)
+        assert p["spec"]["nodeName"] == node and not p["metadata"].get("deletionTimestamp")
+
+    # the same pod in a file, never created: the webhook's form, the class's priority
+    spec = tmp_path / "big.yaml"
+    spec.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big-too", "namespace": namespace},
+        "spec": {"priorityClassName": priorities["high"], "nodeSelector": fleet.selector,
+                 "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {
+                     "mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 64, "mthreads.com/sgpu-core": 4}}}]}}))
+    what_if = json.loads(explain("what-if", str(spec), "-o", "json", kubeconfig=kubeconfig).stdout)
+    assert what_if["pod"] == f"{namespace}/big-too" and what_if["priority"] == 1000
+    assert what_if["fits"] is False and len(what_if["makeRoom"]["victims"]) == 1
+    assert [c["detail"] for n in what_if["nodes"] if n["node"] == node for c in n["cardReasons"]] == \
+        ["40 of 96 units free, the pod needs 64"] * 2
+    assert k.CoreV1Api(admin).list_namespaced_pod(namespace, field_selector="metadata.name=big-too").items == []
+
+    k.CoreV1Api(admin).delete_namespaced_pod(victim["pod"].split("/")[1], namespace, grace_period_seconds=0)
+    assert wait_bound(admin, namespace, "big")["spec"]["nodeName"] == node
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps({"kind": "Pod", "metadata": {"name": "small"}, "spec": {
+        "nodeSelector": fleet.selector, "containers": [{"name": "c", "resources": {"limits": {
+            "mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "8"}}}]}}))
+    fits = explain("what-if", str(small), kubeconfig=kubeconfig)
+    assert fits.returncode == 0 and " ".join(fits.stdout.split()).startswith(
+        f"default/small fits: the allocator would bind it to {node} ({node}-mthreads-"), fits.stdout
+
+
+@pytest.mark.cluster
+def test_explain_and_what_if_of_bad_input_say_what_is_wrong(kube_cluster, admin, namespace, tmp_path):
+    kubeconfig = str(kube_cluster.kubeconfig(ADMIN))
+    gone = explain("explain", f"{namespace}/nope", kubeconfig=kubeconfig)
+    assert (gone.returncode, gone.stdout) == (1, "")
+    assert gone.stderr == f"mthreads-webhook: cards explain: pod {namespace}/nope not found\n"
+    bad = explain("explain", "nope", kubeconfig=kubeconfig)
+    assert bad.returncode == 2 and bad.stderr == "mthreads-webhook: cards explain: 'nope' is not NAMESPACE/POD\n"
+    missing = explain("what-if", str(tmp_path / "missing.yaml"), kubeconfig=kubeconfig)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    assert "cards what-if: " in missing.stderr and "missing.yaml: cannot read: No such file" in missing.stderr
+    deployment = tmp_path / "deploy.yaml"
+    deployment.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
+    out = explain("what-if", str(deployment), kubeconfig=kubeconfig)
+    assert out.returncode == 1 and out.stderr.endswith("deploy.yaml: not a Pod (kind: Deployment)\n")
+    three = tmp_path / "three.yaml"
+    three.write_text("kind: Pod\nspec: {containers: [{name: c, resources: {limits: "
+                     "{mthreads.com/vgpu: 1, mthreads.com/sgpu-memory: 3}}}]}\n")
+    out = explain("what-if", str(three), kubeconfig=kubeconfig)
+    assert out.returncode == 0 and "the webhook would deny it: container \"c\": " \
+        "mthreads.com/sgpu-memory=3 is not valid" in " ".join(out.stdout.split())
+    classless = tmp_path / "classless.yaml"
+    classless.write_text("kind: Pod\nspec: {priorityClassName: no-such-class, containers: "
+                         "[{name: c, resources: {limits: {mthreads.com/vgpu: 1, mthreads.com/sgpu-memory: 2}}}]}\n")
+    out = explain("what-if", str(classless), kubeconfig=kubeconfig)
+    assert out.returncode == 1 and "priorityclass 'no-such-class' not found" in out.stderr
+
+
+@pytest.mark.cluster
+def test_sixty_character_namespaces_and_names_are_never_cut(kube_cluster, admin, fleet, start_allocator):
+    """kubectl never cuts a name: neither does the table, nor the pending list."""
+    node, = fleet(1, 96)
+    start_allocator()
+    ns = "e2e-cards-command-shows-" + uuid.uuid4().hex[:8] + "x" * 28
+    name = "a-pod-whose-name-is-as-long-as-a-namespace-" + "y" * 17
+    assert len(ns) == len(name) == 60
+    ensure_namespace(admin, ns)
+    try:
+        p = pod(slice_(8, 2, name="c"), name=name)
+        p["spec"]["nodeSelector"] = fleet.selector
+        create(admin, ns, p)
+        wait_bound(admin, ns, name)
+        waits = pod(slice_(96, 16, name="c"), name=name[:-1] + "z")  # no room left for it
+        waits["spec"]["nodeSelector"] = fleet.selector
+        create(admin, ns, waits)
+        wait_unschedulable(admin, ns, waits["metadata"]["name"])
+        kubeconfig = str(kube_cluster.kubeconfig(ADMIN))
+        out = cards("--kubeconfig", kubeconfig, "--node", node)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert any(line.split()[-1] == f"{ns}/{name}" for line in lines), out.stdout  # whole, in its cell
+        assert any(line.startswith(f"{ns}/{waits['metadata']['name']}:") for line in lines), out.stdout
+        assert all(len(line) <= 80 for line in lines if ns not in line), out.stdout
+        wide = cards("--kubeconfig", kubeconfig, "--node", node, "-o", "wide").stdout.splitlines()
+        assert wide[0].split()[0] == "NODE" and wide[1].split()[0] == node
+        assert wide[1].split()[-1] == f"{ns}/{name}"
+    finally:
+        k.CoreV1Api(admin).delete_namespace(ns)

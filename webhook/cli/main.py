@@ -133,8 +133,7 @@ def _extender(args) -> int:
 
 def _cards(args) -> int:
     # No start-up probe: the command's own lists say in one line what the API server answered.
-    return cards_command.run(load_config(args.config), _cluster(args, probe=False), args.node,
-                             args.output)
+    return cards_command.run(load_config(args.config), args, lambda: _cluster(args, probe=False))
 
 
 _COMMANDS = {"serve": _serve, "certs": _certs, "allocate": _allocate, "extender": _extender,

@@ -75,6 +75,14 @@ def _filters(need: CardNeed, node: NodeCards, usage: Usage
     yield reasons.INSUFFICIENT_CARD_CORES, lambda c: CORES_PER_CARD - usage(c.id).cores >= need.cores
 
 
+def card_reasons(need: CardNeed, node: NodeCards, usage: Usage) -> list[tuple[Card, str | None]]:
+    """Each card of the node with the first filter that refuses it on its own, or None: the
+    same filters as fit_cards, card by card (fit_cards names the one that leaves too few)."""
+    filters = list(_filters(need, node, usage))
+    return [(c, next((reason for reason, keep in filters if not keep(c)), None))
+            for c in node.cards]
+
+
 def fraction_used(card: Card, u: CardUsage) -> float:
     return card_used(card.memory_mib, u)
 

@@ -17,7 +17,7 @@ from ..json_types import JsonObject
 from ..pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
-from .card_fit import fit_cards, least_card, may_fit
+from .card_fit import CardNeed, fit_cards, least_card, may_fit
 from .feasible import NodeChecks, node_checks
 from .inventory import Card
 from .pod_facts import facts_of
@@ -25,7 +25,7 @@ from .request import PodAsk
 from .resources import NO_DEVICES, Devices, Resources, pod_requests
 from .score import best_node, policies
 from .shares import PodShare, card_shares
-from .state import ClusterState
+from .state import ClusterState, NodeInfo
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,7 @@ def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> 
     named: dict[str, list[str]] = {}
     fitting, chosen = [], {}
     for info in state.nodes.values():
-        reason = checks.reason(info, state)
-        cards: tuple[Card, ...] = ()
-        if reason is None and need is not None:
-            reason, cards = fit_node(need, devices, info, state, gpu_policy)
+        reason, cards = node_verdict(checks, need, devices, info, state, gpu_policy)
         if reason is not None:
             rejected[reason] += 1
             if reason == reasons.INCONSISTENT:
@@ -75,6 +72,16 @@ def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> 
         return NoFit(reasons.summary(len(state.nodes), rejected, named), rejected)
     node = best_node(fitting, state, kind, node_policy)
     return placement(pod, request, node.name, chosen[node.name], wants, devices)
+
+
+def node_verdict(checks: NodeChecks, need: CardNeed | None, devices: Devices, info: NodeInfo,
+                 state: ClusterState, gpu_policy: str) -> tuple[str | None, tuple[Card, ...]]:
+    """One node's answer, the full check (a decision's reasons, `cards explain`): the node
+    rules, then the cards and allocatable. (None, the cards) or (the reason, ())."""
+    reason = checks.reason(info, state)
+    if reason is not None or need is None:
+        return reason, ()
+    return fit_node(need, devices, info, state, gpu_policy)
 
 
 def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: str, gpu_policy: str,
