@@ -34,7 +34,8 @@ def _options(p: argparse.ArgumentParser, kubeconfig_help: str, default: object) 
     its: SUPPRESS keeps a subcommand from overwriting those given before it)."""
     p.add_argument("--kubeconfig", help=kubeconfig_help, default=default)
     p.add_argument("--config", default=default,
-                   help="config file, for other resource names (default: all defaults)")
+                   help="config file, for other resource names and maxInstancesPerCard "
+                        "(default: all defaults)")
     p.add_argument("-o", "--output", choices=OUTPUTS, default=default or "table",
                    help="table: 80 columns, names wrapped, never cut; wide: nothing wrapped; json")
 
