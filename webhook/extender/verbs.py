@@ -128,8 +128,9 @@ class Extender:
         node sample, has room: kube-scheduler would park the pod until the cluster changes (up
         to a minute), so the pod's annotation `REQUEUES` is raised, which puts it back in
         kube-scheduler's queue for a cycle over another sample. At most as many times as
-        samples of that size cover the cluster, plus two: kube-scheduler may refuse that node
-        for rules the extender does not know (inter-pod affinity, spread, volumes, ports)."""
+        samples of that size cover the cluster, plus two: kube-scheduler may still refuse that
+        node for what the allocator's node checks leave out (volume attach limits, a
+        WaitForFirstConsumer claim's provisioning)."""
         meta = pod["metadata"]
         done = _count((meta.get("annotations") or {}).get(keys.REQUEUES))
         if done >= math.ceil(self.source.core.node_count() / max(offered, 1)) + 2:
