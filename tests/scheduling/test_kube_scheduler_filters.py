@@ -1,0 +1,603 @@
+"""The scheduling core's node rules against the real kube-scheduler 1.20 (issue 34).
+
+A private etcd + kube-apiserver, kube-scheduler 1.20 with its default filters
+(`percentageOfNodesToScore: 100`: every node is filtered) and a recording extender
+(tests/harness/recording_extender.py), on random clusters (tests/harness/random_cluster.py).
+One pod at a time: the cluster as the API server holds it (nodes, live pods, claims, volumes,
+classes) is read, the pod is created, and kube-scheduler either calls the extender with the
+nodes that passed its filters (and binds the pod) or marks it Unschedulable without calling it
+(no node passed, or a PreFilter refused the pod: the empty set; the pod is then deleted so that
+it never lands later). The core, `node_reasons(pod, state)` on a SchedulerCache fed that same
+state, must let exactly those nodes through.
+
+The extender lets one of the passing nodes through, picked from the cluster's seed and the pod's
+name, so kube-scheduler binds the pod there: the same seeds give the same run.
+Seeds: KUBE_FILTERS_SEED (default 3400) + the cluster's index.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import re
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+import yaml
+
+from tests.harness.kube import ADMIN, LocalCluster
+from tests.harness.random_cluster import FEATURES, Cluster, features, make_cluster, runtime_class
+from tests.harness.recording_extender import RecordingExtender, start_recording_scheduler
+from tests.harness.wait import wait_for
+from webhook.config import MthreadsConfig
+from webhook.scheduling.cache import SchedulerCache
+from webhook.scheduling.feasible import node_reasons
+
+SCHEDULER = "filters-under-test"
+CLUSTERS = max(20, int(os.environ.get("KUBE_FILTERS_CLUSTERS", "30")))
+PODS_PER_CLUSTER = 30
+DEFAULT_SEED = 3400
+BASE_SEED = int(os.environ.get("KUBE_FILTERS_SEED", str(DEFAULT_SEED)))
+LIVE = "status.phase!=Succeeded,status.phase!=Failed"
+DETAILS = 12  # differences printed in full (at least one of each kind)
+# Each of these refuses every node for some pods of the default seeds (kube-scheduler's message
+# when no node passed names it): the generated clusters reach every filter.
+KUBE_REASONS = (
+    "node(s) were unschedulable", "that the pod didn't tolerate", "didn't match Pod's node affinity",
+    "didn't have free ports for the requested pod ports", "Insufficient cpu", "Insufficient memory",
+    "Insufficient ephemeral-storage", "Insufficient hugepages-2Mi", "Insufficient example.com/rdma",
+    "Too many pods", "didn't match pod affinity rules", "didn't match pod anti-affinity rules",
+    "didn't satisfy existing pods anti-affinity rules", "didn't match pod topology spread constraints",
+    "had volume node affinity conflict", "had no available volume zone",
+    "pod has unbound immediate PersistentVolumeClaims", "not found", "is being deleted",
+    "pvc(s) bound to non-existent pv(s)",
+)
+
+
+class RawApi:
+    """The API server's JSON as it sends it (as the allocator's watches see it): no typed
+    models, one keep-alive session."""
+
+    def __init__(self, cluster: LocalCluster):
+        self.base = cluster.url
+        self.session = requests.Session()
+        self.session.trust_env = False  # REQUESTS_CA_BUNDLE and proxies would win over these
+        self.session.verify = str(cluster.ca_file)
+        self.session.headers["Authorization"] = f"Bearer {cluster.token(ADMIN)}"
+
+    def _check(self, r: requests.Response, ok=(200, 201, 202)) -> dict:
+        if r.status_code not in ok:
+            raise AssertionError(f"{r.request.method} {r.request.url}: {r.status_code} {r.text[:500]}")
+        return r.json() if r.content else {}
+
+    def get(self, path: str, **params) -> dict:
+        return self._check(self.session.get(self.base + path, params=params, timeout=30))
+
+    def items(self, path: str, **params) -> list[dict]:
+        return self.get(path, **params)["items"]
+
+    def create(self, path: str, body: dict, ok=(200, 201, 202)) -> dict:
+        return self._check(self.session.post(self.base + path, json=body, timeout=30), ok)
+
+    def patch(self, path: str, body: dict) -> dict:
+        return self._check(self.session.patch(
+            self.base + path, json=body, timeout=30,
+            headers={"Content-Type": "application/merge-patch+json"}))
+
+    def delete(self, path: str, grace: int | None = 0, missing_ok: bool = True) -> dict:
+        body = {} if grace is None else {"gracePeriodSeconds": grace}
+        r = self.session.delete(self.base + path, json=body, timeout=30)
+        if r.status_code == 404 and missing_ok:
+            return {}
+        return self._check(r)
+
+
+def pods_path(ns: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{ns}/pods" + (f"/{name}" if name else "")
+
+
+def claims_path(ns: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{ns}/persistentvolumeclaims" + (f"/{name}" if name else "")
+
+
+# -- the cluster on the API server -------------------------------------------------------------
+
+
+def ready_condition() -> dict:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "fake node written by the tests", "lastHeartbeatTime": now,
+            "lastTransitionTime": now}
+
+
+def build(api: RawApi, c: Cluster) -> None:
+    """Write the cluster: namespaces, classes, claims, volumes (claims and volumes bound as the
+    volume controller binds them), nodes (Ready, as make_fake_node writes them), the pods
+    already there; then delete what is to be terminating."""
+    for ns in c.namespaces:
+        api.create("/api/v1/namespaces", {"metadata": {"name": ns}}, ok=(201, 409))
+    for cls in c.classes:
+        api.create("/apis/storage.k8s.io/v1/storageclasses", cls)
+    uids = {}
+    for claim in c.claims:
+        meta = claim["metadata"]
+        made = api.create(claims_path(meta["namespace"]),
+                          {"metadata": meta, "spec": claim["spec"]})
+        uids[(meta["namespace"], meta["name"])] = made["metadata"]["uid"]
+        if claim["status"]["phase"] != "Pending":
+            api.patch(claims_path(meta["namespace"], meta["name"]) + "/status",
+                      {"status": claim["status"]})
+    for pv in c.volumes:
+        body = {"metadata": pv["metadata"], "spec": dict(pv["spec"])}
+        ref = body["spec"].get("claimRef")
+        if ref:
+            body["spec"]["claimRef"] = dict(ref, uid=uids[(ref["namespace"], ref["name"])])
+        api.create("/api/v1/persistentvolumes", body)
+        api.patch(f"/api/v1/persistentvolumes/{pv['metadata']['name']}/status",
+                  {"status": pv["status"]})
+    for ns, name in c.deleting_claims:
+        api.delete(claims_path(ns, name), grace=None)
+        held = api.get(claims_path(ns, name))  # its protection finalizer keeps it
+        assert held["metadata"].get("deletionTimestamp"), held["metadata"]
+    for node in c.nodes:
+        name = node["metadata"]["name"]
+        api.create("/api/v1/nodes", {"metadata": node["metadata"], "spec": node["spec"]})
+        # The NodeTaint admission plugin adds node.kubernetes.io/not-ready; the node lifecycle
+        # controller (absent here) would take it off a Ready node.
+        api.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": node["spec"]["taints"] or None}})
+        status = dict(node["status"], conditions=[ready_condition()])
+        api.patch(f"/api/v1/nodes/{name}/status", {"status": status})
+    for p in c.existing:
+        api.create(pods_path(p["metadata"]["namespace"]), p)
+    for ns, name in c.terminating:
+        api.delete(pods_path(ns, name), grace=30)
+        held = api.get(pods_path(ns, name))  # bound: kept until its (absent) kubelet confirms
+        assert held["metadata"].get("deletionTimestamp"), held["metadata"]
+
+
+def tear_down(api: RawApi, c: Cluster) -> None:
+    """Remove what the cluster made (finalizers first: no controller would ever lift them)."""
+    for ns in c.namespaces:
+        for p in api.items(pods_path(ns)):
+            api.delete(pods_path(ns, p["metadata"]["name"]))
+        for claim in api.items(claims_path(ns)):
+            path = claims_path(ns, claim["metadata"]["name"])
+            api.patch(path, {"metadata": {"finalizers": None}})
+            api.delete(path, grace=None)
+    for pv in c.volumes:
+        path = f"/api/v1/persistentvolumes/{pv['metadata']['name']}"
+        api.patch(path, {"metadata": {"finalizers": None}})
+        api.delete(path, grace=None)
+    for cls in c.classes:
+        api.delete(f"/apis/storage.k8s.io/v1/storageclasses/{cls['metadata']['name']}", grace=None)
+    for node in c.nodes:
+        api.delete(f"/api/v1/nodes/{node['metadata']['name']}", grace=None)
+
+
+@dataclass
+class State:
+    nodes: list[dict]
+    pods: list[dict]
+    claims: list[dict]
+    volumes: list[dict]
+    classes: list[dict]
+
+
+def read_state(api: RawApi) -> State:
+    return State(api.items("/api/v1/nodes"), api.items("/api/v1/pods", fieldSelector=LIVE),
+                 api.items("/api/v1/persistentvolumeclaims"), api.items("/api/v1/persistentvolumes"),
+                 api.items("/apis/storage.k8s.io/v1/storageclasses"))
+
+
+def core_reasons(pod: dict, state: State) -> dict[str, str | None]:
+    """The core's answer for every node, on a cache fed the state as the watches list it."""
+    cache = SchedulerCache(MthreadsConfig())
+    cache.apply("node", "RESET", state.nodes)
+    cache.apply("pod", "RESET", state.pods)
+    cache.apply("pvc", "RESET", state.claims)
+    cache.apply("pv", "RESET", state.volumes)
+    cache.apply("storageclass", "RESET", state.classes)
+    return cache.read(lambda s: node_reasons(pod, s))
+
+
+def scheduled_condition(pod: dict) -> dict | None:
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return cond
+    return None
+
+
+def decided(api: RawApi, ns: str, name: str) -> dict:
+    """The pod once bound or marked unschedulable by kube-scheduler."""
+    def check():
+        p = api.get(pods_path(ns, name))
+        return p if p["spec"].get("nodeName") or scheduled_condition(p) else None
+    return wait_for(check, 30, 0.02, what=f"{ns}/{name} bound or unschedulable")
+
+
+def probe(api: RawApi, extender: RecordingExtender, c: Cluster, attempt: int) -> bool:
+    """Has kube-scheduler seen the cluster as written? A pod that tolerates everything and that
+    the extender lets nowhere: its FitError counts kube-scheduler's nodes ("0/N nodes"), and the
+    extender hears which of them passed."""
+    ns, name = c.namespaces[0], f"{c.tag}-probe-{attempt}"
+    made = api.create(pods_path(ns), {"metadata": {"name": name, "namespace": ns}, "spec": {
+        "schedulerName": SCHEDULER, "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "c", "image": "busybox:1.36"}]}})
+    p = decided(api, ns, name)
+    api.delete(pods_path(ns, name))
+    cond = scheduled_condition(p)
+    assert cond is not None, f"the probe was bound: {p['spec'].get('nodeName')}"
+    m = re.match(r"0/(\d+) nodes are available", cond.get("message") or "")
+    names = {n["metadata"]["name"] for n in c.nodes}
+    seen = set().union(*extender.calls(made["metadata"]["uid"]))
+    return bool(m) and int(m.group(1)) == len(names) and seen <= names
+
+
+def settle(api: RawApi, extender: RecordingExtender, c: Cluster) -> None:
+    attempt = 0
+
+    def synced():
+        nonlocal attempt
+        attempt += 1
+        return probe(api, extender, c, attempt)
+    wait_for(synced, 30, 0.2, what=f"kube-scheduler sees cluster {c.tag} as written")
+    time.sleep(0.2)  # the other watches (claims, volumes, pods) were written before the nodes
+
+
+# -- one pod, both answers ---------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    cluster: Cluster
+    pod: dict  # as the API server stored it at creation
+    asked: dict  # as generated (features are read from it: the API server adds tolerations)
+    passed: set[str]  # the nodes that passed kube-scheduler's filters
+    reasons: dict[str, str | None] | str  # the core's answer per node, or its traceback
+    message: str = ""  # kube-scheduler's reasons when no node passed
+    node: str = ""  # where kube-scheduler bound it
+    anomalies: list[str] = field(default_factory=list)
+    state: State | None = None  # what both decided on, kept when they differ
+
+
+def run_pod(api: RawApi, extender: RecordingExtender, c: Cluster, pod: dict) -> Outcome:
+    state = read_state(api)
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    made = api.create(pods_path(ns), pod)
+    try:
+        reasons: dict[str, str | None] | str = core_reasons(made, state)
+    except Exception:
+        reasons = traceback.format_exc()
+    p = decided(api, ns, name)
+    calls = extender.calls(made["metadata"]["uid"])
+    out = Outcome(c, made, pod, set(calls[0]) if calls else set(), reasons)
+    if len(calls) > 1:
+        out.anomalies.append(f"kube-scheduler filtered the pod {len(calls)} times: {calls}")
+    if p["spec"].get("nodeName"):
+        out.node = p["spec"]["nodeName"]
+        if name in c.terminate_when_bound:  # kept, terminating, until its (absent) kubelet confirms
+            api.delete(pods_path(ns, name), grace=30)
+        if not calls:
+            out.anomalies.append("bound without a call of the extender")
+        elif out.node not in out.passed:
+            out.anomalies.append(f"bound to {out.node}, which the extender did not hear of")
+    else:
+        out.message = (scheduled_condition(p) or {}).get("message", "")
+        api.delete(pods_path(ns, name))  # so that it never lands later
+        if calls:
+            out.anomalies.append(f"unschedulable after the extender heard {calls}: {out.message}")
+    if differences(out):
+        out.state = state
+    return out
+
+
+@dataclass
+class Difference:
+    outcome: Outcome
+    node: str  # "*" when the core raised
+    kube: bool  # the node passed kube-scheduler's filters
+    core: str | None | Exception  # the core's reason (None: it passed), or what it raised
+
+    def kind(self) -> str:
+        if isinstance(self.core, Exception):
+            return "the core raised"
+        if self.kube:
+            return f"kube-scheduler passes, core refuses: {self.core}"
+        return "kube-scheduler refuses, core passes" + (
+            f" (no node passed: {re.sub(r'[0-9]+', 'N', self.outcome.message)})"
+            if not self.outcome.passed else "")
+
+    def line(self) -> str:
+        o = self.outcome
+        core = "passes" if self.core is None else f"refuses ({self.core})"
+        node = _node_of(o.state, self.node)
+        allocatable = ",".join(sorted(((node.get("status") or {}).get("allocatable") or {})))
+        return (f"  {o.cluster.seed} {_name(o.pod)} {self.node}: "
+                f"{'passes' if self.kube else 'refuses'} / {core}; "
+                f"{','.join(sorted(features(o.asked)))}; the node's allocatable lists {allocatable}")
+
+    def describe(self) -> str:
+        o = self.outcome
+        kube = "passed its filters" if self.kube else "did not pass its filters"
+        if not o.passed and o.message:
+            kube += f" (no node passed: {o.message})"
+        elif o.node:
+            kube += f" (the pod was bound to {o.node})"
+        core = "None (passes)" if self.core is None else repr(self.core)
+        return (f"seed {o.cluster.seed} (cluster {o.cluster.tag}) pod {_name(o.pod)} node {self.node}\n"
+                f"  kube-scheduler: {kube}\n  core: {core}\n"
+                f"  features: {sorted(features(o.asked))}\n"
+                f"  pod:\n{indent(pod_yaml(o.pod), 4)}\n"
+                f"  node {self.node}:\n{indent(node_summary(_node_of(o.state, self.node)), 4)}\n"
+                f"  the pods on it:\n{indent(pods_on(o.state, self.node), 4)}"
+                + (f"\n  its claims:\n{indent(claims_of(o.state, o.pod), 4)}"
+                   if any("persistentVolumeClaim" in v for v in o.pod["spec"].get("volumes") or ())
+                   else ""))
+
+
+def differences(o: Outcome) -> list[Difference]:
+    """Each node one answer lets through and the other does not (every node the core knows
+    and every node kube-scheduler let through)."""
+    if isinstance(o.reasons, str):
+        return [Difference(o, "*", bool(o.passed), RuntimeError(o.reasons))]
+    nodes = set(o.reasons) | o.passed
+    return [Difference(o, n, n in o.passed, o.reasons.get(n, "(a node the core does not know)"))
+            for n in sorted(nodes) if (n in o.passed) != (n in o.reasons and o.reasons[n] is None)]
+
+
+def _name(obj: dict) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+def _node_of(state: State | None, name: str) -> dict:
+    for n in state.nodes if state else ():
+        if n["metadata"]["name"] == name:
+            return n
+    return {"metadata": {"name": name}}
+
+
+def indent(text: str, n: int) -> str:
+    return "\n".join(" " * n + line for line in text.splitlines())
+
+
+def _dump(obj) -> str:
+    return yaml.safe_dump(obj, default_flow_style=None, width=110, sort_keys=True).rstrip()
+
+
+def node_summary(node: dict) -> str:
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    return _dump({"labels": node["metadata"].get("labels"), "taints": spec.get("taints"),
+                  "unschedulable": spec.get("unschedulable"),
+                  "allocatable": status.get("allocatable")})
+
+
+def pod_yaml(pod: dict) -> str:
+    """The pod as created, without what the API server adds that no filter reads."""
+    p = {"metadata": {k: v for k, v in pod["metadata"].items()
+                      if k in ("name", "namespace", "labels")},
+         "spec": {k: copy.deepcopy(v) for k, v in pod["spec"].items()
+                  if k not in ("schedulerName", "terminationGracePeriodSeconds", "dnsPolicy",
+                               "restartPolicy", "securityContext", "enableServiceLinks",
+                               "preemptionPolicy", "priority")}}
+    for c in p["spec"].get("containers", []) + p["spec"].get("initContainers", []):
+        for k in ("terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy", "command"):
+            c.pop(k, None)
+    return _dump(p)
+
+
+def pods_on(state: State | None, node: str) -> str:
+    """One line per pod bound to the node: what the filters read of it."""
+    lines = []
+    for p in state.pods if state else ():
+        if p["spec"].get("nodeName") != node:
+            continue
+        spec = p["spec"]
+        requests = [(c.get("resources") or {}).get("requests") for c in spec.get("containers") or ()]
+        ports = [f"{q.get('hostIP', '')}:{q['hostPort']}/{q.get('protocol', 'TCP')}"
+                 for c in spec.get("containers") or () for q in c.get("ports") or ()
+                 if q.get("hostPort")]
+        anti = (spec.get("affinity") or {}).get("podAntiAffinity", {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution")
+        lines.append(f"{_name(p)} labels={p['metadata'].get('labels', {})}"
+                     + (" terminating" if p["metadata"].get("deletionTimestamp") else "")
+                     + (f" hostPorts={ports}" if ports else "")
+                     + (f" requests={requests}" if any(requests) else "")
+                     + (f" overhead={spec['overhead']}" if spec.get("overhead") else "")
+                     + (f" antiAffinity={anti}" if anti else ""))
+    return "\n".join(lines) or "(none)"
+
+
+def claims_of(state: State | None, pod: dict) -> str:
+    """The pod's claims as the API server held them, and their volumes."""
+    if state is None:
+        return ""
+    ns = pod["metadata"]["namespace"]
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in state.claims}
+    volumes = {v["metadata"]["name"]: v for v in state.volumes}
+    out = []
+    for v in pod["spec"].get("volumes") or ():
+        name = (v.get("persistentVolumeClaim") or {}).get("claimName")
+        if not name:
+            continue
+        claim = claims.get((ns, name))
+        if claim is None:
+            out.append(f"{name}: not found")
+            continue
+        pv = volumes.get(claim["spec"].get("volumeName") or "")
+        out.append(f"{name}: {_dump({'annotations': claim['metadata'].get('annotations'), 'deleting': bool(claim['metadata'].get('deletionTimestamp')), 'spec': claim['spec'], 'phase': claim.get('status', {}).get('phase')})}")
+        if pv is not None:
+            out.append(f"  its volume {pv['metadata']['name']}: "
+                       + _dump({"labels": pv["metadata"].get("labels"),
+                                "nodeAffinity": pv["spec"].get("nodeAffinity")}))
+    return "\n".join(out)
+
+
+def reasons_of(message: str) -> list[str]:
+    """kube-scheduler 1.20's FitError, "0/N nodes are available: 3 Insufficient cpu, 1 node(s)
+    had taint {a: b}, that the pod didn't tolerate.", as its reasons without their counts (a
+    PreFilter's refusal is one reason for every node)."""
+    body = message.split(": ", 1)[1] if ": " in message else message
+    return [re.sub(r"^\d+ ", "", part).rstrip(".") for part in re.split(r", (?=\d+ )", body)]
+
+
+# -- the test ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """A private API server (this test owns every node, volume and class in it), the
+    recording extender and kube-scheduler; each stopped by its PID at the end."""
+    workdir = tmp_path_factory.mktemp("kube-filters")
+    cluster = LocalCluster(workdir / "kube").start()
+    extender = RecordingExtender().start()
+    scheduler = None
+    try:
+        api = RawApi(cluster)
+        api.create("/apis/node.k8s.io/v1/runtimeclasses", runtime_class())
+        scheduler = start_recording_scheduler(cluster, workdir, cluster.kubeconfig(ADMIN),
+                                              extender.url, SCHEDULER)
+        wait_for(scheduler.healthy, 60, what="kube-scheduler /healthz")
+        yield api, extender, scheduler
+    finally:
+        if scheduler is not None:
+            scheduler.stop()
+            print(f"--- {scheduler.log_path.name} (tail) ---\n{scheduler.tail(20)}")
+        extender.stop()
+        cluster.stop()
+
+
+def chooser(seed: int):
+    """The extender's pick: one of the nodes that passed, from the seed and the pod's name (the
+    probe: none)."""
+    def choose(pod: dict, names: list[str]) -> list[str]:
+        if "-probe-" in pod["metadata"]["name"]:
+            return []
+        return [random.Random(f"{seed}/{pod['metadata']['name']}").choice(sorted(names))]
+    return choose
+
+
+@pytest.mark.cluster
+def test_the_core_lets_through_the_nodes_kube_scheduler_lets_through(stack):
+    api, extender, scheduler = stack
+    started = time.monotonic()
+    outcomes: list[Outcome] = []
+    seeds = [BASE_SEED + i for i in range(CLUSTERS)]
+    print(f"\nseeds {seeds[0]}..{seeds[-1]} (KUBE_FILTERS_SEED={BASE_SEED}, "
+          f"KUBE_FILTERS_CLUSTERS={CLUSTERS})")
+    for index, seed in enumerate(seeds):
+        c = make_cluster(seed, index, PODS_PER_CLUSTER, SCHEDULER)
+        extender.choose = chooser(seed)
+        build(api, c)
+        try:
+            settle(api, extender, c)
+            outcomes += [run_pod(api, extender, c, pod) for pod in c.pods]
+        finally:
+            tear_down(api, c)
+        assert scheduler.running(), f"kube-scheduler exited:\n{scheduler.tail()}"
+    took = time.monotonic() - started
+
+    found = [d for o in outcomes for d in differences(o)]
+    wrong = {id(d.outcome) for d in found}
+    by_feature = Counter(f for o in outcomes for f in features(o.asked))
+    wrong_by_feature = Counter(f for o in outcomes if id(o) in wrong for f in features(o.asked))
+    bound = [o for o in outcomes if o.passed]
+    partial = [o for o in bound if not isinstance(o.reasons, str) and len(o.passed) < len(o.reasons)]
+    refused = [o for o in outcomes if not o.passed]
+    kube_reasons = Counter(re.sub(r'\{[^}]*\}|"[^"]*"', "...", r)
+                           for o in refused for r in reasons_of(o.message))
+    core_reasons_seen = Counter(re.sub(r'"[^"]*"', "...", r) for o in outcomes
+                                if not isinstance(o.reasons, str)
+                                for r in o.reasons.values() if r is not None)
+    print(f"{len(outcomes)} pods over {len(seeds)} clusters in {took:.0f} s: {len(bound)} bound "
+          f"({len(partial)} of them with some nodes filtered out), {len(refused)} on no node; "
+          f"{len(found)} node answers differ, on {len(wrong)} pods")
+    print("pods per feature (with a difference): " + ", ".join(
+        f"{f} {by_feature[f]} ({wrong_by_feature[f]})" for f in FEATURES))
+    print("kube-scheduler's reasons when no node passed (pods): " + "; ".join(
+        f"{r} ×{n}" for r, n in kube_reasons.most_common()))
+    print("the core's reasons (nodes): " + "; ".join(
+        f"{r} ×{n}" for r, n in core_reasons_seen.most_common()))
+
+    problems = []
+    # what makes a pass mean something: enough pods, every feature, both outcomes, every filter
+    if len(outcomes) < 500 or len(seeds) < 20:
+        problems.append(f"only {len(outcomes)} pods over {len(seeds)} clusters")
+    problems += [f"only {by_feature[f]} pods with {f}" for f in FEATURES if by_feature[f] < 5]
+    if len(bound) < 100 or len(partial) < 50 or len(refused) < 50:
+        problems.append(f"outcomes too uniform: {len(bound)} bound ({len(partial)} with some nodes "
+                        f"filtered out), {len(refused)} on no node")
+    problems += [f"no pod was refused for {r!r}" for r in KUBE_REASONS
+                 if BASE_SEED == DEFAULT_SEED and not any(r in k for k in kube_reasons)]
+    problems += [f"{o.cluster.tag} {o.pod['metadata']['name']}: {a}" for o in outcomes
+                 for a in o.anomalies]
+    if extender.errors:
+        problems.append(f"the extender failed: {extender.errors[:5]}")
+    if found:
+        kinds = Counter(d.kind() for d in found)
+        problems.append(f"{len(found)} node answers differ, on {len(wrong)} of {len(outcomes)} pods:\n"
+                        + "\n".join(f"  {n:4d}  {k}" for k, n in kinds.most_common()))
+        problems.append("each difference (seed pod node: kube-scheduler / core; the pod's features; "
+                        "what the node's allocatable lists):\n"
+                        + "\n".join(d.line() for d in found[:100])
+                        + (f"\n  ... and {len(found) - 100} more" if len(found) > 100 else ""))
+        shown = list({d.kind(): d for d in reversed(found)}.values())[::-1]  # one of each kind
+        shown += [d for d in found if all(d is not s for s in shown)][:max(0, DETAILS - len(shown))]
+        problems += [d.describe() for d in shown]
+    assert not problems, "\n\n".join(problems)
+
+
+# -- the comparison itself, without a cluster --------------------------------------------------
+
+
+def _outcome(passed: set[str], reasons, message: str = "") -> Outcome:
+    cluster = make_cluster(BASE_SEED, 0, 1, SCHEDULER)
+    pod = cluster.pods[0]
+    made = copy.deepcopy(pod)
+    made["metadata"]["uid"] = "u-1"
+    state = State([{"metadata": {"name": "n1", "labels": {"zone": "a"}},
+                    "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+                    "status": {"allocatable": {"cpu": "2"}}}],
+                  [{"metadata": {"name": "old", "namespace": "x", "labels": {"app": "web"}},
+                    "spec": {"nodeName": "n1", "containers": [{"name": "c"}]}}], [], [], [])
+    return Outcome(cluster, made, pod, passed, reasons, message, state=state)
+
+
+def test_a_node_one_answer_lets_through_and_the_other_not_is_a_difference():
+    same = _outcome({"n1"}, {"n1": None, "n2": "node(s) were unschedulable"})
+    assert differences(same) == []
+    assert differences(_outcome(set(), {"n1": "Too many pods"}, "0/1 nodes are available: 1 Too many pods.")) == []
+    o = _outcome({"n1"}, {"n1": "node(s) had untolerated taint", "n2": None})
+    assert [(d.node, d.kube, d.core) for d in differences(o)] == [
+        ("n1", True, "node(s) had untolerated taint"), ("n2", False, None)]
+    unknown = _outcome({"n3"}, {"n1": None})
+    assert [(d.node, d.kube) for d in differences(unknown)] == [("n1", False), ("n3", True)]
+    raised = differences(_outcome(set(), "Traceback ...\nKeyError: 'spec'"))
+    assert len(raised) == 1 and raised[0].kind() == "the core raised"
+
+
+def test_a_difference_prints_the_seed_the_pod_the_node_and_both_answers():
+    o = _outcome(set(), {"n1": None}, "0/1 nodes are available: 1 Too many pods.")
+    (d,) = differences(o)
+    text = d.describe()
+    assert f"seed {BASE_SEED} " in text and f"pod {_name(o.pod)} node n1" in text
+    assert "kube-scheduler: did not pass its filters (no node passed: 0/1 nodes are available: 1 Too many pods.)" in text
+    assert "core: None (passes)" in text
+    assert f"name: {o.pod['metadata']['name']}" in text and "containers:" in text  # the pod's YAML
+    assert "taints:" in text and "x/old labels={'app': 'web'}" in text  # the node and its pods
+    assert d.kind() == "kube-scheduler refuses, core passes (no node passed: N/N nodes are available: N Too many pods.)"
+    assert f"{BASE_SEED} {_name(o.pod)} n1: refuses / passes;" in d.line()
+
+
+def test_kube_schedulers_message_is_read_as_its_reasons():
+    assert reasons_of("0/7 nodes are available: 2 Insufficient cpu, 1 node(s) had taint "
+                      "{dedicated: gpu}, that the pod didn't tolerate, 4 node(s) didn't match "
+                      "Pod's node affinity.") == [
+        "Insufficient cpu", "node(s) had taint {dedicated: gpu}, that the pod didn't tolerate",
+        "node(s) didn't match Pod's node affinity"]
+    assert reasons_of('0/5 nodes are available: 5 persistentvolumeclaim "c-missing-0" not found.') == [
+        'persistentvolumeclaim "c-missing-0" not found']
