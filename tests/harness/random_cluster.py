@@ -87,13 +87,16 @@ def _pick(rng: random.Random, *weighted):
 def _node(rng: random.Random, name: str, zones: list[str], regions: bool) -> dict:
     labels = {HOSTNAME: name}
     zone = rng.choice(zones)
-    mode = _pick(rng, (12, "none"), (8, "ga"), (8, "beta"), (68, "both"), (4, "empty"))
+    mode = _pick(rng, (12, "none"), (8, "ga"), (8, "beta"), (65, "both"), (4, "empty"),
+                 (3, "differ"))
     if mode == "empty":  # a label with the empty value: a topology value like any other
         zone = ""
-    if mode in ("ga", "both", "empty"):
+    if mode in ("ga", "both", "empty", "differ"):
         labels[ZONE] = zone
     if mode in ("beta", "both", "empty"):
         labels[ZONE_BETA] = zone
+    if mode == "differ":  # the two labels disagree
+        labels[ZONE_BETA] = rng.choice([z for z in ZONES if z != zone])
     if regions and (mode != "none" or rng.random() < 0.5):
         region = "region-1" if zone != "zone-c" else "region-2"
         labels[REGION] = region
@@ -102,7 +105,7 @@ def _node(rng: random.Random, name: str, zones: list[str], regions: bool) -> dic
     if rng.random() < 0.6:
         labels[DISK] = rng.choice(["ssd", "hdd"])
     if rng.random() < 0.5:
-        labels[GEN] = rng.choice(["1", "2", "3"])
+        labels[GEN] = rng.choice(["1", "2", "3", "3", "01", "x"])  # "x": no number to compare
     taints = []
     for p, taint in ((0.15, {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}),
                      (0.08, {"key": "dedicated", "value": "infra", "effect": "NoExecute"}),
@@ -204,7 +207,7 @@ def _storage(rng: random.Random, tag: str, namespaces: list[str], node_names: li
             if r < 0.2:  # two nodes may mount it
                 other = rng.choice(node_names)
                 host[0]["matchExpressions"][0]["values"] = sorted({node, other})
-            elif r < 0.27:  # by the node's name: a field, not a label
+            elif r < 0.35:  # by the node's name: a field, not a label
                 host = [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                           "values": [node]}]}]
             volumes.append(_volume(pv, local, {"local": {"path": f"/mnt/{pv}"}}, (ns, name),
@@ -221,7 +224,11 @@ def _storage(rng: random.Random, tag: str, namespaces: list[str], node_names: li
         claims.append(_claim(ns, f"{base}-unbound-0", cls, None, False))
         if rng.random() < 0.5:  # names its volume, the binding not completed yet
             name, pv = f"{base}-prebound-0", f"{base}-pv-prebound-0"
-            claims.append(_claim(ns, name, immediate, pv, False))
+            claim = _claim(ns, name, immediate, pv, False)
+            if rng.random() < 0.5:  # the phase says Bound, the bind-completed annotation is missing
+                claim["status"] = {"phase": "Bound", "accessModes": ["ReadWriteOnce"],
+                                   "capacity": {"storage": "1Gi"}}
+            claims.append(claim)
             volumes.append(_volume(pv, immediate, {"nfs": {"server": "10.0.0.9", "path": f"/{pv}"}},
                                    None))
         if rng.random() < 0.5:  # bound, then deleted: kept by its protection finalizer
@@ -230,7 +237,7 @@ def _storage(rng: random.Random, tag: str, namespaces: list[str], node_names: li
             volumes.append(_volume(pv, immediate, {"nfs": {"server": "10.0.0.9", "path": f"/{pv}"}},
                                    (ns, name)))
             deleting.append((ns, name))
-        if rng.random() < 0.3:  # bound to a volume that is gone
+        if rng.random() < 0.5:  # bound to a volume that is gone
             lost = _claim(ns, f"{base}-lost-0", immediate, f"{base}-pv-lost-0", True)
             lost["status"]["phase"] = "Lost"
             claims.append(lost)
@@ -343,6 +350,7 @@ def _node_affinity(rng: random.Random, nodes: list[str]) -> list[dict]:
         {"key": GEN, "operator": "Gt", "values": ["1"]},
         {"key": GEN, "operator": "Lt", "values": ["3"]},
         {"key": REGION, "operator": "In", "values": ["region-1"]},
+        {"key": GEN, "operator": "Gt", "values": ["1.5"]},  # not an integer: matches no node
     ]
     terms = []
     for _ in range(_pick(rng, (70, 1), (30, 2))):

@@ -429,11 +429,14 @@ def claims_of(state: State | None, pod: dict) -> str:
             out.append(f"{name}: not found")
             continue
         pv = volumes.get(claim["spec"].get("volumeName") or "")
-        out.append(f"{name}: {_dump({'annotations': claim['metadata'].get('annotations'), 'deleting': bool(claim['metadata'].get('deletionTimestamp')), 'spec': claim['spec'], 'phase': claim.get('status', {}).get('phase')})}")
+        meta = claim["metadata"]
+        out.append(f"{name}:\n" + indent(_dump({
+            "annotations": meta.get("annotations"), "deleting": bool(meta.get("deletionTimestamp")),
+            "spec": claim["spec"], "phase": (claim.get("status") or {}).get("phase")}), 2))
         if pv is not None:
-            out.append(f"  its volume {pv['metadata']['name']}: "
-                       + _dump({"labels": pv["metadata"].get("labels"),
-                                "nodeAffinity": pv["spec"].get("nodeAffinity")}))
+            out.append(f"  its volume {pv['metadata']['name']}:\n" + indent(_dump({
+                "labels": pv["metadata"].get("labels"),
+                "nodeAffinity": pv["spec"].get("nodeAffinity")}), 4))
     return "\n".join(out)
 
 
@@ -601,3 +604,18 @@ def test_kube_schedulers_message_is_read_as_its_reasons():
         "node(s) didn't match Pod's node affinity"]
     assert reasons_of('0/5 nodes are available: 5 persistentvolumeclaim "c-missing-0" not found.') == [
         'persistentvolumeclaim "c-missing-0" not found']
+
+
+def test_a_difference_shows_the_pods_claims_and_their_volumes():
+    o = _outcome(set(), {"n1": None})
+    o.pod["spec"]["volumes"] = [{"name": "a", "persistentVolumeClaim": {"claimName": "data"}},
+                                {"name": "b", "persistentVolumeClaim": {"claimName": "gone"}}]
+    ns = o.pod["metadata"]["namespace"]
+    o.state.claims = [{"metadata": {"name": "data", "namespace": ns}, "spec": {"volumeName": "pv-1"},
+                       "status": {"phase": "Bound"}}]
+    o.state.volumes = [{"metadata": {"name": "pv-1", "labels": {"topology.kubernetes.io/zone": "z"}},
+                        "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": []}}}}]
+    text = differences(o)[0].describe()
+    assert "its claims:" in text and "data:" in text and "volumeName: pv-1" in text
+    assert "its volume pv-1:" in text and "topology.kubernetes.io/zone: z" in text
+    assert "gone: not found" in text
