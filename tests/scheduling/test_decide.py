@@ -130,20 +130,24 @@ def test_reason(case, p, nodes, bound, reason):
     assert got.message == f"0/1 nodes are available: 1 {reason}."
 
 
+ROOM = {"cpu": "32", "memory": "128Gi", "pods": "110"}  # what the node offers besides the cards
+
+
 @pytest.mark.parametrize("capacity, why", [
     ({CORE: "24", MEM: "96"}, "mthreads.com/sgpu-core=24 is not a multiple of 16"),
     ({CORE: "32", MEM: "95"}, "mthreads.com/sgpu-memory=95 does not divide into 2 cards"),
     ({CORE: "16", MEM: "1"}, "1 units per card is less than the smallest slice (2)"),
 ])
 def test_a_node_whose_capacity_is_not_cards_is_named_with_why(capacity, why):
-    got = place(pod(slice_(8, 4)), [S4("ok", allocatable={MEM: "0"}), mt_node("x", capacity=capacity)])
+    got = place(pod(slice_(8, 4)), [S4("ok", allocatable={MEM: "0"}),
+                                    mt_node("x", capacity={**ROOM, **capacity})])
     assert got.rejected == {reasons.INCONSISTENT: 1, reasons.insufficient(MEM): 1}
     assert got.message == (f"0/2 nodes are available: 1 Insufficient {MEM}, "
                            f"1 NodeCardsInconsistent (x: {why}).")
 
 
 def test_many_inconsistent_nodes_are_named_up_to_three():
-    bad = [mt_node(f"x{i}", capacity={CORE: "8", MEM: "8"}) for i in range(5)]
+    bad = [mt_node(f"x{i}", capacity={**ROOM, CORE: "8", MEM: "8"}) for i in range(5)]
     got = place(pod(slice_(8)), bad)
     why = "mthreads.com/sgpu-core=8 is not a multiple of 16"
     assert got.message == (f"0/5 nodes are available: 5 NodeCardsInconsistent (x0: {why}; "

@@ -4,7 +4,7 @@ VolumeBinding and VolumeZone, and the allocator's refusal of WaitForFirstConsume
 import pytest
 
 from tests.scheduling.rules_support import HOST, ZONE, cache_of, node, pod, reasons_for
-from webhook.scheduling.volumes import DELAYED_BINDING
+from webhook.scheduling.reasons import DELAYED_BINDING
 
 NODES = [node("n1", "z1"), node("n2", "z2"), node("n3", None)]
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..json_types import JsonObject
+from . import reasons
 from .node_fit import matches_selector_and_affinity, node_rules_reason, resources_reason
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
@@ -27,9 +28,6 @@ from .resources import Resources, pod_requests
 from .state import ClusterState, NodeInfo
 from .topology_spread import SpreadCounts, constraints_of, spread_counts, spread_reason
 from .volumes import NO_VOLUMES, PodVolumes, pod_volumes, volumes_reason
-
-PORTS_IN_USE = "node(s) didn't have free ports for the requested pod ports"
-DISK_CONFLICT = "node(s) had no available disk"
 
 
 @dataclass(frozen=True)
@@ -50,13 +48,13 @@ class NodeChecks:
         if reason is not None:
             return reason
         if self.facts.ports and _ports_taken(self.facts.ports, state.pods.ports.get(info.name)):
-            return PORTS_IN_USE
+            return reasons.PORTS_IN_USE
         reason = resources_reason(self.wants, info.allocatable, state.requested_on(info.name),
                                   state.names)
         if reason is not None:
             return reason
         if self.facts.disks and _disks_taken(self.facts.disks, state.pods.disks.get(info.name)):
-            return DISK_CONFLICT
+            return reasons.DISK_CONFLICT
         if not self.volumes.none and (reason := volumes_reason(self.volumes, info.obj)):
             return reason
         labels = state.labels.get(info.name) or {}

@@ -131,7 +131,7 @@ def resources_reason(wants: Resources, allocatable: Resources, requested: Resour
         return reasons.INSUFFICIENT_MEMORY
     if allocatable.amount(EPHEMERAL_STORAGE) < \
             wants.amount(EPHEMERAL_STORAGE) + requested.amount(EPHEMERAL_STORAGE):
-        return reasons.insufficient(EPHEMERAL_STORAGE)
+        return reasons.INSUFFICIENT_EPHEMERAL_STORAGE
     for name, amount in wants.other:
         if name != EPHEMERAL_STORAGE and name not in counted_elsewhere and \
                 allocatable.amount(name) < amount + requested.amount(name):

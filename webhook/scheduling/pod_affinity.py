@@ -16,10 +16,7 @@ from typing import Mapping
 
 from .pod_facts import AffinityTerm, PodFacts
 from .pod_index import PodIndex
-
-AFFINITY_RULES = "node(s) didn't match pod affinity rules"
-ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
-EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+from .reasons import AFFINITY_RULES, ANTI_AFFINITY_RULES, EXISTING_ANTI_AFFINITY
 
 Pair = tuple[str, str]  # (topology key, value)
 Labels = Mapping[str, str]

@@ -16,6 +16,21 @@ AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 INSUFFICIENT_CPU = "Insufficient cpu"
 INSUFFICIENT_MEMORY = "Insufficient memory"
 TOO_MANY_PODS = "Too many pods"
+INSUFFICIENT_EPHEMERAL_STORAGE = "Insufficient ephemeral-storage"
+PORTS_IN_USE = "node(s) didn't have free ports for the requested pod ports"
+DISK_CONFLICT = "node(s) had no available disk"
+AFFINITY_RULES = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+SPREAD = "node(s) didn't match pod topology spread constraints"
+SPREAD_MISSING_LABEL = SPREAD + " (missing required label)"
+# A pod's claims (volumes.py): the first four hold for every node
+UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+PV_NOT_EXIST = "pvc(s) bound to non-existent pv(s)"
+DELAYED_BINDING = ("pod has unbound WaitForFirstConsumer PersistentVolumeClaims, which the "
+                   "allocator does not provision (mode=extender places them)")
+VOLUME_NODE_CONFLICT = "node(s) had volume node affinity conflict"
+VOLUME_ZONE_CONFLICT = "node(s) had no available volume zone"
 
 
 def insufficient(resource: str) -> str:
@@ -37,7 +52,9 @@ INSUFFICIENT_CARD_CORES = "CardInsufficientCore"
 
 # Every node or card reason, for the pending pods' metrics (observe/pending_metrics.py).
 ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY,
-       TOO_MANY_PODS, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, CORDONED,
+       TOO_MANY_PODS, INSUFFICIENT_EPHEMERAL_STORAGE, PORTS_IN_USE, DISK_CONFLICT, AFFINITY_RULES,
+       ANTI_AFFINITY_RULES, EXISTING_ANTI_AFFINITY, SPREAD, SPREAD_MISSING_LABEL, UNBOUND_IMMEDIATE,
+       PV_NOT_EXIST, DELAYED_BINDING, VOLUME_NODE_CONFLICT, VOLUME_ZONE_CONFLICT, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, CORDONED,
        EXCLUSIVE_CONFLICT, TIME_SLICING_EXHAUSTED, CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY,
        INSUFFICIENT_CARD_CORES)
 

@@ -136,11 +136,12 @@ def pod_requests(pod: JsonObject) -> Resources:
 
 
 def node_allocatable(node: JsonObject) -> Resources:
-    status = node.get("status") or {}
-    alloc = status.get("allocatable") or status.get("capacity") or {}
+    """What kube-scheduler counts the pods against: `status.allocatable` alone, a resource it
+    does not list (the pod count too) being 0, as kube-scheduler 1.20 reads it."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
     pods = quantity(alloc.get("pods"))
     return Resources(cpu_milli(alloc.get("cpu")), memory_bytes(alloc.get("memory")),
-                     int(pods) if pods is not None else 110,
+                     int(pods) if pods is not None and pods > 0 else 0,
                      tuple(sorted((n, _whole_or_zero(raw)) for n, raw in alloc.items()
                                   if n not in _OWN_FIELDS)))
 

@@ -18,9 +18,7 @@ from ..json_types import JsonObject
 from .label_selector import Selector, selector_of
 from .pod_facts import PodFacts
 from .pod_index import PodIndex
-
-CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
-MISSING_LABEL = CONSTRAINTS_NOT_MATCH + " (missing required label)"
+from .reasons import SPREAD, SPREAD_MISSING_LABEL
 
 Labels = Mapping[str, str]
 
@@ -78,10 +76,10 @@ def spread_reason(counts: SpreadCounts, labels: Labels) -> str | None:
     for c, self_match in zip(counts.constraints, counts.self_match):
         value = labels.get(c.topology_key)
         if value is None:
-            return MISSING_LABEL
+            return SPREAD_MISSING_LABEL
         if c.topology_key not in counts.smallest:
             continue
         skew = counts.matched.get((c.topology_key, value), 0) + self_match - counts.smallest[c.topology_key]
         if skew > c.max_skew:
-            return CONSTRAINTS_NOT_MATCH
+            return SPREAD
     return None

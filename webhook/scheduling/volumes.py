@@ -17,6 +17,13 @@ from typing import cast
 
 from ..json_types import JsonObject
 from .node_fit import term_matches
+from .reasons import (
+    DELAYED_BINDING,
+    PV_NOT_EXIST,
+    UNBOUND_IMMEDIATE,
+    VOLUME_NODE_CONFLICT,
+    VOLUME_ZONE_CONFLICT,
+)
 
 BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 BETA_CLASS = "volume.beta.kubernetes.io/storage-class"
@@ -26,12 +33,6 @@ ZONE_LABELS = frozenset(("failure-domain.beta.kubernetes.io/zone",
                          "topology.kubernetes.io/zone", "topology.kubernetes.io/region"))
 ZONES_DELIMITER = "__"
 
-UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
-NODE_CONFLICT = "node(s) had volume node affinity conflict"
-PV_NOT_EXIST = "pvc(s) bound to non-existent pv(s)"
-ZONE_CONFLICT = "node(s) had no available volume zone"
-DELAYED_BINDING = ("pod has unbound WaitForFirstConsumer PersistentVolumeClaims, which the "
-                   "allocator does not provision (mode=extender places them)")
 
 
 class Storage:
@@ -151,7 +152,7 @@ def volumes_reason(volumes: PodVolumes, node: JsonObject) -> str | None:
         # the volume's terms are matched against the node's labels alone, as kube-scheduler does
         if required is not None and not any(
                 term_matches(t, labels, "") for t in required.get("nodeSelectorTerms") or ()):
-            return NODE_CONFLICT
+            return VOLUME_NODE_CONFLICT
     zones = {k: v for k, v in labels.items() if k in ZONE_LABELS}
     if not zones:
         return None
@@ -165,5 +166,5 @@ def volumes_reason(volumes: PodVolumes, node: JsonObject) -> str | None:
             if "" in allowed:
                 continue  # unreadable: kube-scheduler skips the label
             if zones.get(k, "") not in allowed:
-                return ZONE_CONFLICT
+                return VOLUME_ZONE_CONFLICT
     return None
