@@ -252,6 +252,10 @@ class Scheduler:
         """The processes whose CPU counts as the scheduler's."""
         return {"scheduler": self.proc.pid}
 
+    def python_pid(self) -> int:
+        """The Python process py-spy samples (`--e2e-profile`)."""
+        return self.proc.pid
+
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -349,6 +353,9 @@ class ExtenderStack(Scheduler):
     def pids(self) -> dict[str, int]:
         return {"scheduler": self.proc.pid, "extender": self.stack[0].proc.pid}
 
+    def python_pid(self) -> int:
+        return self.stack[0].proc.pid
+
     def stop(self) -> None:
         if self.stack is not None:
             for p in reversed(self.stack):
@@ -428,7 +435,7 @@ class Bench:
                 time.sleep(0.02)
             cpu = CpuMeter({**sched.pids(), **self.cluster_pids()})
             if profile:
-                spy = PySpy(sched.proc.pid, profile, self.workdir / f"py-spy-{self.runs}.txt")
+                spy = PySpy(sched.python_pid(), profile, self.workdir / f"py-spy-{self.runs}.txt")
             ok = watch.wait(RUN_TIMEOUT)
             cpu.stop()
         finally:
@@ -637,7 +644,7 @@ def run(args) -> Section:
         bench = Bench(cluster, admin, workdir, pods)
         bench.nodes = nodes
         results: dict[tuple[str, str], list[dict]] = {}
-        profile = None
+        profiles: dict[str, dict] = {}
         cells = [("allocator", "streaming"), ("kube-scheduler", "streaming"),
                  (stack.label, "streaming"), ("allocator", "backlog"),
                  ("kube-scheduler", "backlog"), (stack.label, "backlog"), ("raw", "ceiling"),
@@ -663,18 +670,19 @@ def run(args) -> Section:
                     res = bench.backlog(by_label[who], 0.0, constrained=how == CONSTRAINED)
                 results.setdefault((who, how), []).append(res)
                 _print(f"round {r + 1}: {who} {how}", res)
-        if args.e2e_profile > 0 and (not only or "allocator" in only):
-            # Sampling takes CPU from the run it watches (2 cores here): a run of its own,
-            # after the rounds and out of their medians.
-            res = bench.backlog(alloc, args.e2e_profile)
-            profile = res.get("profile")
-            _print("profiled allocator backlog (not in the medians)", res)
+        # Sampling takes CPU from the run it watches (2 cores here): a run of its own for each
+        # Python scheduler, after the rounds and out of their medians.
+        for who, short in ((alloc, "allocator"), (stack, "extender")):
+            if args.e2e_profile > 0 and (not only or short in only):
+                res = bench.backlog(who, args.e2e_profile)
+                profiles[who.label] = res.get("profile") or {}
+                _print(f"profiled {who.label} backlog (not in the medians)", res)
     finally:
         for s in scheds:
             s.stop()
         cluster.stop()
         shutil.rmtree(workdir / "kube", ignore_errors=True)  # etcd's data; the logs stay
-    return _section(results, nodes, pods, rounds, ks_version, workdir, profile)
+    return _section(results, nodes, pods, rounds, ks_version, workdir, profiles)
 
 
 def _print(what: str, res: dict) -> None:
@@ -700,7 +708,7 @@ def _waits(runs: list[dict]) -> str:
         f" / {max(r['max_s'] for r in runs):.2f}"
 
 
-def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section:
+def _section(results, nodes, pods, rounds, ks_version, workdir, profiles) -> Section:
     rate = {k: _med([r["rate"] for r in v]) for k, v in results.items()}
     rows = []
     for (who, how), v in results.items():
@@ -757,10 +765,13 @@ def _section(results, nodes, pods, rounds, ks_version, workdir, prof) -> Section
                      "CPU s per 1,000 pods: scheduler / API server / etcd"],
                     rows, f"{pods:,} pods on {nodes:,} nodes, medians of {rounds} rounds")]
     notes = []
-    if prof:
+    for label, prof in profiles.items():
+        if not prof:
+            continue
         tables.append(Table(["thread", "share of the samples"], prof["roles"],
-                            "py-spy on the allocator, a backlog run of its own after the "
-                            "rounds (100 samples/s, every thread while it runs): by thread"))
+                            f"py-spy on the {label}'s Python process, a backlog run of its own "
+                            "after the rounds (100 samples/s, every thread while it runs): by "
+                            "thread"))
         tables.append(Table(["frame", "share of samples (with callees)", "own"], prof["frames"],
                             "the same samples: top frames"))
     return Section(

@@ -70,8 +70,9 @@ class Process(LoggedProcess):
         return _up(self.health_url)
 
 
-def start_extender(cluster, workdir: Path, extender_user: str) -> tuple[Process, str]:
-    """The extender, started and ready (its first list done), and its URL."""
+def start_extender(cluster, workdir: Path, extender_user: str, ready: bool = True
+                   ) -> tuple[Process, str]:
+    """The extender, started and (`ready`) ready: its first list done; and its URL."""
     (ext_port,) = free_ports(1)
     config = workdir / "config.yaml"
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
@@ -80,12 +81,17 @@ def start_extender(cluster, workdir: Path, extender_user: str) -> tuple[Process,
         [sys.executable, "-m", "webhook.cli", "extender", "--config", str(config), "--kubeconfig",
          str(cluster.kubeconfig(extender_user)), "--bind", f"127.0.0.1:{ext_port}"],
         workdir / "extender.log", f"{url}/readyz").start()
+    if ready:
+        wait_until_ready(extender)
+    return extender, url
+
+
+def wait_until_ready(extender: Process) -> None:
     try:
         wait_for(extender.healthy, 60, what="extender /readyz")
     except BaseException:
         extender.stop()  # the caller gets no process to stop
         raise
-    return extender, url
 
 
 def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2,
@@ -94,9 +100,9 @@ def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, ver
     kube-scheduler to be healthy.
     `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1);
     `node_sample`: as for scheduler_config."""
-    # kube-scheduler after the extender listens: a filter that finds no one there is a
-    # scheduling error, which costs that pod a status write, an Event and a backoff.
-    extender, url = start_extender(cluster, workdir, extender_user)
+    # Both at once, as the chart's two containers start: the extender listens before its
+    # imports (webhook/cli/early_listen.py), so kube-scheduler's first calls wait for it.
+    extender, url = start_extender(cluster, workdir, extender_user, ready=False)
     (sched_port,) = free_ports(1)
     sched_config = workdir / "kube-scheduler.yaml"
     sched_config.write_text(yaml.safe_dump(scheduler_config(
@@ -105,4 +111,9 @@ def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, ver
         [str(cluster.kube_scheduler_path), f"--config={sched_config}", "--secure-port=0",
          f"--v={verbosity}"],
         workdir / "kube-scheduler.log", f"http://127.0.0.1:{sched_port}/healthz").start()
+    try:
+        wait_until_ready(extender)
+    except BaseException:
+        scheduler.stop()
+        raise
     return extender, scheduler

@@ -1,6 +1,17 @@
 """The `mthreads-webhook` command: its flags, a bad start reported in one line, and which
 front-end each subcommand runs (docs/architecture.md)."""
 
-from .main import main
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Before the imports: the extender's socket listens at once (early_listen.py).
+    from .early_listen import listen_early
+    listen_early(sys.argv[1:] if argv is None else argv)
+    from .main import main as run
+    return run(argv)
+
 
 __all__ = ["main"]

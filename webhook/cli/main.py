@@ -10,6 +10,7 @@ from ..bind_address import check_bind, check_loopback
 from ..config import load_config
 from ..observe import cards_command
 from ..startup import FAILED, USAGE, StartupError
+from . import early_listen
 
 
 def _positive(text: str) -> int:
@@ -59,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
     e.add_argument("--config")
     e.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
-    e.add_argument("--bind", default="127.0.0.1:8888",
+    e.add_argument("--bind", default=early_listen.DEFAULT_BIND,
                    help="loopback HOST:PORT for kube-scheduler's calls, plain HTTP (default %(default)s)")
     e.add_argument("--metrics-bind", default="",
                    help="HOST:PORT for GET /metrics, /healthz, /readyz only (default: none; "
@@ -124,7 +125,8 @@ def _allocate(args) -> int:
 def _extender(args) -> int:
     from ..extender.main import run
     config = load_config(args.config)
-    check_bind("--bind", args.bind)
+    if not early_listen.holds(args.bind):  # else it listens already (early_listen.py)
+        check_bind("--bind", args.bind)
     check_loopback("--bind", args.bind)
     if args.metrics_bind:
         check_bind("--metrics-bind", args.metrics_bind)

@@ -47,8 +47,10 @@ class Cache:
                                    kinds=("node", "pod") + STORAGE_KINDS)
         self._waiting_lock = threading.Lock()
         self._waiting: dict[str, dict] = {}  # uid -> a pod waiting for our scheduler, as watched
-        self._waiting_listed = False
-        self.synced = threading.Event()  # nodes, bound pods and waiting pods listed
+        # Decisions need the nodes, the bound pods and the volumes listed; not the pods waiting
+        # for us (a verb reads its pod until that list is in: verbs.py), the largest list in a
+        # backlog, so the first filters are answered sooner.
+        self.synced = threading.Event()
         self._ignored = IgnoredEntries(config.mthreads.max_instances_per_card)
         self._to_tell: list[Ignored] = []  # nodes whose annotations had entries ignored
 
@@ -72,14 +74,13 @@ class Cache:
             self.core.apply(kind, event, obj)
             if kind == "node":
                 self._to_tell += self._ignored.seen(event, obj)
-        if self._waiting_listed and self.core.ready:
+        if self.core.ready:
             self.synced.set()
 
     def _apply_waiting(self, event: str, obj) -> None:
         with self._waiting_lock:
             if event == "RESET":
                 self._waiting = {uid_of(p): p for p in obj}
-                self._waiting_listed = True
             elif event == "DELETED":  # gone, or out of the selector: bound, finished
                 self._waiting.pop(uid_of(obj), None)
             else:

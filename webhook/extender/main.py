@@ -25,6 +25,7 @@ from typing import Callable
 import uvloop
 
 from ..bind_address import listen_address
+from ..cli.early_listen import take
 from ..config import Config
 from ..kube.api import Api
 from ..kube.informer import Informer
@@ -88,7 +89,7 @@ async def _freeze_when_listed(wait_ready: Callable[[float], bool]) -> None:
 
 def run(config: Config, kubeconfig: str | None, bind: str, metrics_bind: str | None = None) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code."""
-    sock = _listening("--bind", bind)
+    sock = take(bind) or _listening("--bind", bind)
     pages_sock = _listening("--metrics-bind", metrics_bind) if metrics_bind else None
     gc.set_threshold(GC_YOUNG)
     application, cache = build(config, Api.from_kubeconfig(kubeconfig))
