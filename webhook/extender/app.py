@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from .. import fast_json
 from . import wire
 from .http_server import MAX_BODY, Answer
 from .verbs import Extender
@@ -115,7 +115,7 @@ class ExtenderApp:
 
 def _message(body: bytes):
     try:
-        return json.loads(body)
+        return fast_json.loads(body)
     except ValueError:  # not JSON, or not UTF-8: the verb says the body is not an object
         return None
 
@@ -125,4 +125,4 @@ def _bad_request(e: wire.WireError) -> Answer:
 
 
 def _json(value) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return fast_json.dumps(value)

@@ -70,6 +70,7 @@ class _Connection(asyncio.Protocol):
         self.waiting: deque = deque()  # whole requests not yet answered (a client may pipeline)
         self.busy = False  # an answer is being made
         self.write_paused = False
+        self.read_paused = False  # while an answer is awaited: what comes next waits in the socket
         self.closing = False
         self.timer: asyncio.TimerHandle | None = None
         self._url: list[bytes] = []
@@ -111,6 +112,7 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.write_paused = False
         if not self.busy and not self.closing:
+            self.read_paused = False
             self.transport.resume_reading()
 
     # httptools callbacks
@@ -146,7 +148,6 @@ class _Connection(asyncio.Protocol):
     def _next(self) -> None:
         self._disarm()
         self.busy = True
-        self.transport.pause_reading()
         method, path, body, keep_alive = self.waiting.popleft()
         try:
             result = self.server.respond(method, path, body)
@@ -154,6 +155,10 @@ class _Connection(asyncio.Protocol):
             log.exception("%s %s", method, path)
             result = _internal_error()
         if inspect.isawaitable(result):
+            # Reading stops only for an answer that waits (a filter is answered before this
+            # returns, with no pause and resume: two system calls a call saved).
+            self.transport.pause_reading()
+            self.read_paused = True
             task = asyncio.ensure_future(self._finish_later(result, method, path, keep_alive))
             self.server.tasks.add(task)  # held until done: the loop keeps weak references only
             task.add_done_callback(self.server.tasks.discard)
@@ -185,7 +190,8 @@ class _Connection(asyncio.Protocol):
             self._next()
         else:
             self._arm()
-            if not self.write_paused:
+            if self.read_paused and not self.write_paused:
+                self.read_paused = False
                 self.transport.resume_reading()
 
     def _refuse(self, status: int, text: bytes) -> None:

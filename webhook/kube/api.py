@@ -26,7 +26,6 @@ Connections belong to an event loop: each loop that calls has its own.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import ssl
 import time
@@ -38,6 +37,8 @@ import httptools
 from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.rest import should_bypass_proxies
+
+from .. import fast_json
 
 REQUEST_TIMEOUT = 5.0  # seconds, for every call that is not a watch
 AUTH_EVERY = 10.0  # seconds between two reads of the Authorization header from the configuration
@@ -57,7 +58,7 @@ class Reply:
     def of(cls, status: int, raw: bytes) -> "Reply":
         """The reply to a JSON request: a body that is not a JSON object is None."""
         try:
-            parsed = json.loads(raw) if raw else None
+            parsed = fast_json.loads(raw) if raw else None
         except ValueError:
             parsed = None
         return cls(status, parsed if isinstance(parsed, dict) else None)
@@ -359,7 +360,7 @@ class Api:
         target = self.prefix + path + ("?" + urlencode(query) if query else "")
         if self.proxy is not None and self.ssl is None:  # a forward proxy: the whole URL
             target = self.origin + target
-        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        payload = b"" if body is None else fast_json.dumps(body)
         head = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}", "Accept: application/json",
                 f"Content-Length: {len(payload)}"]
         if body is not None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 from typing import Callable
 
+from .. import fast_json
 from .api import Api, ApiError, Reply
 from .io_loop import IoLoop, io_loop
 
@@ -40,7 +40,7 @@ def read_event(line: bytes | str, what: str) -> tuple[str, dict]:
     """One line of a watch as (type, object); (GONE, {}) when the server says the
     resourceVersion is too old. Another error of the server is an ApiError, a line that is not
     an event a ValueError (the caller resumes the watch)."""
-    ev = json.loads(line)
+    ev = fast_json.loads(line)
     if not isinstance(ev, dict):
         raise ValueError(f"watch {what}: not an event")
     kind, obj = ev.get("type"), ev.get("object") or {}

@@ -202,6 +202,15 @@ class ClusterState:
         old = self.shares.get(share.uid)
         if old == share:
             return
+        if old is not None and (old.node, old.cards, old.whole_node) == \
+                (share.node, share.cards, share.whole_node):
+            # The same cards (the watch confirming an assumed share): no card changes, and the
+            # node's room and its place in the policies' lists stay as they are.
+            self.shares[share.uid] = share
+            self._apply(old, -1, cards=False)
+            self._apply(share, +1, cards=False)
+            self.generation += 1
+            return
         if old is not None:
             self.remove(share.uid)
         self.shares[share.uid] = share
@@ -223,7 +232,7 @@ class ClusterState:
             self._reindex(name)
         self.generation += 1
 
-    def _apply(self, share: PodShare, sign: int) -> None:
+    def _apply(self, share: PodShare, sign: int, cards: bool = True) -> None:
         nu = self.node_usage.setdefault(share.node, NodeUsage())
         nu.requested = nu.requested + share.resources if sign > 0 else nu.requested - share.resources
         nu.devices = nu.devices + share.device_requests if sign > 0 else nu.devices - share.device_requests
@@ -233,6 +242,8 @@ class ClusterState:
                 self.pods.add(share, share.pod)
             else:
                 self.pods.remove(share, share.pod)
+        if not cards:
+            return
         for c in share.cards:
             cu = self.cards.setdefault(c.card, CardUsage())
             cu.memory_mib += sign * c.memory_mib
