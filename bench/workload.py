@@ -78,13 +78,15 @@ def mthreads_limits(shape: dict) -> dict:
 MTHREADS, EXTENDED = "mthreads", "extended"  # the forms of pod()
 
 ZONE = "topology.kubernetes.io/zone"
-ZONES = 4  # node i is in zone z<i % ZONES>
+ZONES = 4  # node i is in zone z<(i // 2) % ZONES>: both models in every zone
 GROUP = 8  # replicas of one constrained group
 CONSTRAINED_EVERY = 3  # every third pod of a constrained run carries anti-affinity and spread
 
 
 def zone(i: int) -> str:
-    return f"z{i % ZONES}"
+    # nodes alternate models (i % 2): a zone of every other node would hold one model only,
+    # and a group spread over the zones could not place a pod that needs the other model
+    return f"z{(i // 2) % ZONES}"
 
 
 def constrain(body: dict, i: int) -> dict:
