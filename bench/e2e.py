@@ -553,7 +553,7 @@ class PySpy:
                 self.proc.wait(timeout=10)
 
     def result(self) -> dict[str, list[list[str]]]:
-        """Where the allocator's threads spent the samples in which they were running: by
+        """Where the process's threads spent the samples in which they were running: by
         thread role, and the top frames over all of them by inclusive share."""
         if not self.out.exists():
             return {}
@@ -577,8 +577,9 @@ class PySpy:
             return {}
         rows = []
         for key, n in inclusive.most_common(60):
-            if key.split(" (", 1)[1].startswith(("allocator/", "webhook/", "client/", "urllib3/",
-                                                  "http/", "ssl.py", "json/")):
+            if key.split(" (", 1)[1].startswith(("allocator/", "extender/", "scheduling/", "kube/",
+                                                  "webhook/", "client/", "urllib3/", "http/",
+                                                  "ssl.py", "json/")):
                 rows.append([f"`{key}`", f"{100 * n / total:.0f}%", f"{100 * own[key] / total:.0f}%"])
             if len(rows) >= 16:
                 break
@@ -588,6 +589,7 @@ class PySpy:
 
 # a sample's thread, by a frame its stack holds (py-spy leaves idle threads out)
 THREAD_ROLES = (("run (webhook/allocator/loop.py", "decision loop"),
+                ("webhook/extender/http_server.py", "extender: answering kube-scheduler"),
                 ("_write (webhook/kube/binder.py", "binding writes"),
                 ("kube/informer.py", "watches"),
                 ("kube/leader.py", "Lease"))
