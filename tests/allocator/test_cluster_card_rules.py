@@ -124,7 +124,7 @@ def test_memory_only_slices_stop_at_the_card_s_limit(admin, fleet, namespace, st
     before = alloc.metric(refused)
     k.CoreV1Api(admin).delete_namespaced_pod(held[0]["metadata"]["name"], namespace,
                                              grace_period_seconds=0)
-    wait_for(lambda: alloc.metric(refused) >= before + 2 * len(waiting), 90,
+    wait_for(lambda: alloc.metric(refused) >= before + len(waiting), 90,
              what="the waiting pods decided again after the delete")
     on_node = [p for p in list_pods(admin, namespace) if p["spec"].get("nodeName") == node]
     assert len(on_node) == 15

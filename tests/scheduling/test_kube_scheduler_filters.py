@@ -40,8 +40,8 @@ from webhook.scheduling.feasible import node_reasons
 from webhook.scheduling.reasons import VOLUME_NODE_CONFLICT as NODE_CONFLICT
 
 SCHEDULER = "filters-under-test"
-CLUSTERS = max(20, int(os.environ.get("KUBE_FILTERS_CLUSTERS", "30")))
-PODS_PER_CLUSTER = 30
+CLUSTERS = max(20, int(os.environ.get("KUBE_FILTERS_CLUSTERS", "20")))
+PODS_PER_CLUSTER = 26
 DEFAULT_SEED = 3400
 BASE_SEED = int(os.environ.get("KUBE_FILTERS_SEED", str(DEFAULT_SEED)))
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"
