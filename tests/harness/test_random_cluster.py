@@ -18,6 +18,7 @@ from tests.harness.random_cluster import (
 from tests.scheduling.test_kube_scheduler_filters import (
     BASE_SEED,
     CLUSTERS,
+    FEATURE_AT_LEAST,
     PODS_PER_CLUSTER,
     SCHEDULER,
 )
@@ -42,7 +43,7 @@ def test_enough_pods_and_clusters_as_the_issue_asks():
 
 def test_every_feature_is_generated_often():
     counts = Counter(f for c in RUN for p in c.pods for f in features(p))
-    assert {f: counts[f] for f in FEATURES if counts[f] < 8} == {}
+    assert {f: counts[f] for f in FEATURES if counts[f] < FEATURE_AT_LEAST} == {}
     assert set(counts) <= set(FEATURES)
 
 
