@@ -10,8 +10,9 @@ import pytest
 from tests.allocator.test_cluster import create
 from tests.builders import sched_pod as pod
 from tests.builders import slice_
-from tests.harness.kube import bound_pod, read_pod
+from tests.harness.kube import bound_pod
 from tests.harness.wait import wait_for
+from tests.observe.cluster import wait_unschedulable
 
 pytestmark = pytest.mark.cluster
 
@@ -25,11 +26,7 @@ def gpu_pod(name, fleet, labels=None, **spec):
 
 
 def unschedulable_message(admin, ns, name) -> str:
-    def condition():
-        for c in read_pod(admin, ns, name)["status"].get("conditions") or ():
-            if c["type"] == "PodScheduled" and c["status"] == "False":
-                return c["message"]
-    return wait_for(condition, 30, what=f"{name} reported unschedulable")
+    return wait_unschedulable(admin, ns, name, 30)["message"]
 
 
 def test_anti_affinity_and_host_ports_spread_pods_over_nodes(admin, fleet, namespace, start_allocator):

@@ -29,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.harness.process import log_tail, stop_process
 from tests.harness.wait import wait_for
+from webhook.scheduling.pod_status import scheduled_condition
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ASSETS_SCRIPT = REPO_ROOT / "hack" / "kube-assets.sh"
@@ -472,12 +473,15 @@ def bound_pod(api_client, namespace: str, name: str) -> dict | None:
     return p if p["spec"].get("nodeName") else None
 
 
-def refused(api_client, namespace: str, name: str) -> dict | None:
+def unschedulable_condition(pod: dict) -> dict | None:
     """The pod's PodScheduled=False condition once a scheduler has written one, else None."""
-    for c in read_pod(api_client, namespace, name)["status"].get("conditions") or ():
-        if c["type"] == "PodScheduled" and c["status"] == "False":
-            return c
-    return None
+    c = scheduled_condition(pod)
+    return c if c is not None and c.get("status") == "False" else None
+
+
+def refused(api_client, namespace: str, name: str) -> dict | None:
+    """unschedulable_condition of the pod as the API server holds it now."""
+    return unschedulable_condition(read_pod(api_client, namespace, name))
 
 
 def list_pods(api_client, namespace: str) -> list[dict]:

@@ -30,13 +30,14 @@ import pytest
 import requests
 import yaml
 
-from tests.harness.kube import ADMIN, LocalCluster
+from tests.harness.kube import ADMIN, LocalCluster, unschedulable_condition
 from tests.harness.random_cluster import FEATURES, Cluster, features, make_cluster, runtime_class
 from tests.harness.recording_extender import RecordingExtender, start_recording_scheduler
 from tests.harness.wait import wait_for
 from webhook.config import MthreadsConfig
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.feasible import node_reasons
+from webhook.scheduling.pod_status import LIVE_PODS
 from webhook.scheduling.reasons import VOLUME_NODE_CONFLICT as NODE_CONFLICT
 
 SCHEDULER = "filters-under-test"
@@ -45,7 +46,6 @@ PODS_PER_CLUSTER = 26
 FEATURE_AT_LEAST = 5  # pods of each feature in a run, or the run checks too little
 DEFAULT_SEED = 3400
 BASE_SEED = int(os.environ.get("KUBE_FILTERS_SEED", str(DEFAULT_SEED)))
-LIVE = "status.phase!=Succeeded,status.phase!=Failed"
 DETAILS = 12  # differences printed in full (at least one of each kind)
 # Each of these refuses every node for some pods of the default seeds (kube-scheduler's message
 # when no node passed names it): the generated clusters reach every filter.
@@ -191,7 +191,7 @@ class State:
 
 
 def read_state(api: RawApi) -> State:
-    return State(api.items("/api/v1/nodes"), api.items("/api/v1/pods", fieldSelector=LIVE),
+    return State(api.items("/api/v1/nodes"), api.items("/api/v1/pods", fieldSelector=LIVE_PODS),
                  api.items("/api/v1/persistentvolumeclaims"), api.items("/api/v1/persistentvolumes"),
                  api.items("/apis/storage.k8s.io/v1/storageclasses"))
 
@@ -207,18 +207,11 @@ def core_reasons(pod: dict, state: State) -> dict[str, str | None]:
     return cache.read(lambda s: node_reasons(pod, s))
 
 
-def scheduled_condition(pod: dict) -> dict | None:
-    for cond in (pod.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return cond
-    return None
-
-
 def decided(api: RawApi, ns: str, name: str) -> dict:
     """The pod once bound or marked unschedulable by kube-scheduler."""
     def check():
         p = api.get(pods_path(ns, name))
-        return p if p["spec"].get("nodeName") or scheduled_condition(p) else None
+        return p if p["spec"].get("nodeName") or unschedulable_condition(p) else None
     return wait_for(check, 30, 0.02, what=f"{ns}/{name} bound or unschedulable")
 
 
@@ -232,7 +225,7 @@ def probe(api: RawApi, extender: RecordingExtender, c: Cluster, attempt: int) ->
         "containers": [{"name": "c", "image": "busybox:1.36"}]}})
     p = decided(api, ns, name)
     api.delete(pods_path(ns, name))
-    cond = scheduled_condition(p)
+    cond = unschedulable_condition(p)
     assert cond is not None, f"the probe was bound: {p['spec'].get('nodeName')}"
     m = re.match(r"0/(\d+) nodes are available", cond.get("message") or "")
     names = {n["metadata"]["name"] for n in c.nodes}
@@ -289,7 +282,7 @@ def run_pod(api: RawApi, extender: RecordingExtender, c: Cluster, pod: dict) -> 
         elif out.node not in out.passed:
             out.anomalies.append(f"bound to {out.node}, which the extender did not hear of")
     else:
-        out.message = (scheduled_condition(p) or {}).get("message", "")
+        out.message = (unschedulable_condition(p) or {}).get("message", "")
         api.delete(pods_path(ns, name))  # so that it never lands later
         if calls:
             out.anomalies.append(f"unschedulable after the extender heard {calls}: {out.message}")

@@ -20,7 +20,7 @@ from .allocatable import fit_node, fits_allocatable
 from .card_fit import CardNeed, fit_cards, least_card, may_fit
 from .feasible import NodeChecks, node_checks
 from .inventory import Card
-from .pod_facts import facts_of
+from .pod_facts import PodFacts, facts_of
 from .request import PodAsk
 from .resources import NO_DEVICES, Devices, Resources, pod_requests
 from .score import best_node, policies
@@ -71,7 +71,7 @@ def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> 
     if not fitting:
         return NoFit(reasons.summary(len(state.nodes), rejected, named), rejected)
     node = best_node(fitting, state, kind, node_policy)
-    return placement(pod, request, node.name, chosen[node.name], wants, devices)
+    return placement(pod, request, node.name, chosen[node.name], wants, devices, checks.facts)
 
 
 def node_verdict(checks: NodeChecks, need: CardNeed | None, devices: Devices, info: NodeInfo,
@@ -113,14 +113,16 @@ def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: st
             continue
         reason, cards = fit_cards(need, info.cards, state.card, False, gpu_policy)
         if reason is None:
-            return placement(pod, ask.request, name, cards, wants, devices)
+            return placement(pod, ask.request, name, cards, wants, devices,
+                             checks.facts if checks is not None else None)
     return None
 
 
 def placement(pod: JsonObject, request: PodRequest | None, node: str, cards: tuple[Card, ...],
-              wants: Resources, requested: Devices = NO_DEVICES) -> Placement:
+              wants: Resources, requested: Devices = NO_DEVICES,
+              facts: PodFacts | None = None) -> Placement:
     """`requested`: the pod's requests of the Mthreads resources, counted against allocatable
-    from the moment the share is assumed."""
+    from the moment the share is assumed. `facts`: the pod's, when the decision read them."""
     uid = (pod.get("metadata") or {}).get("uid", "")
     devices: list[tuple[Device, ...]] = []
     if request is not None and request.kind is not Kind.NONE:
@@ -140,5 +142,5 @@ def placement(pod: JsonObject, request: PodRequest | None, node: str, cards: tup
             if by_id[d.card].index not in order:
                 order.append(by_id[d.card].index)
     share = PodShare(uid, node, wants, card_shares(d for ds in devices for d in ds),
-                     device_requests=requested, pod=facts_of(pod))
+                     device_requests=requested, pod=facts if facts is not None else facts_of(pod))
     return Placement(node, tuple(devices), ",".join(str(i) for i in order), share)
