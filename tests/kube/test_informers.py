@@ -169,6 +169,23 @@ def test_an_informer_follows_the_watch(informer_kind, case):
             stop()
 
 
+@pytest.mark.parametrize("scripts", [[[("line", GONE_EVENT)]], [[("status", 410)]]],
+                         ids=["an ERROR 410 in the stream", "an answer 410"])
+def test_the_first_list_is_the_watch_caches_a_relist_after_gone_reads_etcd(informer_kind, scripts):
+    """resourceVersion 0 (any: the API server's cache) for the first list, as client-go's
+    reflector asks; none (the latest, from etcd) once a watch's version was too old."""
+    out: queue.Queue = queue.Queue()
+    with script_server(scripts) as server:
+        stop = informer_kind(api_for(server.server_port), out, 5.0)
+        try:
+            assert [out.get(timeout=10)[0] for _ in range(2)] == ["RESET", "RESET"]
+            wait_for(lambda: len(watch_versions(server)) >= 2, 10, 0.02, "the second watch")
+            assert [r.get("resourceVersion") for r in server.requests if r.get("watch") != "true"] \
+                == ["0", None]
+        finally:
+            stop()
+
+
 def test_an_event_the_receiver_cannot_take_resumes_the_watch(informer_kind):
     """An error in the receiver ends that watch, not the informer: it resumes, and the event
     comes again."""

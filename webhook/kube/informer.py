@@ -7,6 +7,13 @@ handed on in the same go: no thread, no hand-off (on a thread, each watch event 
 thread, which then took the interpreter's lock from a loop busy with the next filter). Resumes
 from the last resourceVersion seen (bookmarks included) and relists on 410 Gone. Each relist
 is delivered as one ("RESET", items) event so the receiver can rebuild at once.
+
+The first list asks for resourceVersion 0, as client-go's reflector does: the API server
+answers from its watch cache instead of reading every pod of the cluster from etcd and
+filtering them (in a bench backlog of 2,000 pods, the extender's two pod lists cost the API
+server and etcd that much CPU on the way to the first bind). The watch from the list's version
+then brings every later change. A relist after 410 Gone reads etcd (no resourceVersion): the
+cache may be as old as the version that was too old.
 """
 
 from __future__ import annotations
@@ -26,11 +33,18 @@ WATCH_SECONDS = 240  # the server ends each watch after this; we then resume
 GONE = "GONE"  # the watch's resourceVersion is too old: list again
 
 
-def query(field_selector: str | None, watch_from: str | None = None) -> dict:
-    """The query of a list, or of a watch from resourceVersion `watch_from`."""
-    q = {} if watch_from is None else {"watch": "true", "resourceVersion": watch_from,
-                                       "allowWatchBookmarks": "true",
-                                       "timeoutSeconds": str(WATCH_SECONDS)}
+ANY_VERSION = "0"  # a list's resourceVersion: the watch cache's, whatever its age
+
+
+def query(field_selector: str | None, watch_from: str | None = None,
+          list_from: str | None = None) -> dict:
+    """The query of a list (at resourceVersion `list_from`; None: the latest, from etcd), or
+    of a watch from resourceVersion `watch_from`."""
+    if watch_from is not None:
+        q = {"watch": "true", "resourceVersion": watch_from, "allowWatchBookmarks": "true",
+             "timeoutSeconds": str(WATCH_SECONDS)}
+    else:
+        q = {} if list_from is None else {"resourceVersion": list_from}
     if field_selector:
         q["fieldSelector"] = field_selector
     return q
@@ -84,20 +98,24 @@ class Informer:
     async def run(self) -> None:
         """Until cancelled."""
         rv = None
+        list_from: str | None = ANY_VERSION
         delay = 0.5
         while True:
             try:
                 if rv is None:
-                    rv = await self._list()
+                    rv = await self._list(list_from)
                 rv = await self._watch(rv)
+                if rv is None:  # too old: the next list reads etcd
+                    list_from = None
                 delay = 0.5
             except ApiError as e:
                 log.warning("watch %s: %s; retrying in %.1fs", self.kind, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 8)
 
-    async def _list(self) -> str:
-        items, rv = listed(await self.api.call("GET", self.path, query(self.field_selector),
+    async def _list(self, list_from: str | None) -> str:
+        items, rv = listed(await self.api.call("GET", self.path, query(self.field_selector,
+                                                                       list_from=list_from),
                                                timeout=30), self.kind)
         self.emit("RESET", items)
         return rv
