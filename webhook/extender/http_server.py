@@ -41,7 +41,10 @@ Respond = Callable[[str, str, Union[bytes, None]], Union[Answer, Awaitable[Answe
 KEEPALIVE = 120  # seconds; above Go's 90 s IdleConnTimeout
 FIRST_REQUEST = 10  # seconds from the accept to a whole first request (kube-scheduler sends at once)
 MAX_CONNECTIONS = 1000  # open at once; more are answered 503 (each costs a descriptor)
-MAX_PER_PEER = 64  # open at once from one address (kube-scheduler keeps 2 idle, opens a few more)
+# open at once from one address: kube-scheduler holds one for each bind under way (and keeps 2
+# idle); in a bench backlog the binds waiting on a busy API server held all of 64, and the
+# next filter was refused (the pod backed off). Half of all, as the webhook's server.
+MAX_PER_PEER = 500
 MAX_BODY = 8 * 1024 * 1024
 GRACE = 10  # seconds the answers under way get on close()
 WRITE_BUFFER = 1024 * 1024  # unread answers a connection may pile up before it is read no more

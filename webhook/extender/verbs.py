@@ -231,8 +231,10 @@ class Extender:
             return wire.binding_result(f"binding {who}: outcome unknown: {message}")
         if 200 <= status < 300:
             core.finish_binding(p.share)
-            devices = body["metadata"].get("annotations", {}).get(keys.ALLOCATED, "-")
-            log.info("bound %s to %s: %s", who, p.node, devices)
+            # at debug, as kube-scheduler logs its binds (--v=2): a line per pod cost some 5% of
+            # the extender's CPU in a bench backlog; the cards are in the pod's annotations
+            log.debug("bound %s to %s: %s", who, p.node,
+                      body["metadata"].get("annotations", {}).get(keys.ALLOCATED, "-"))
             return wire.binding_result()
         if core.binding_refused(p.share, status) == READ:  # gone, or bound by another: read now
             await self.reread(b.uid, b.namespace, b.name)
