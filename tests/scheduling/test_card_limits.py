@@ -15,7 +15,7 @@ from webhook.cards import Fleet
 from webhook.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.pods import read_request
 from webhook.scheduling import reasons
-from webhook.scheduling.card_fit import may_fit
+from webhook.scheduling.card_fit import card_reasons, fit_cards, may_fit
 from webhook.scheduling.decide import NoFit, Placement, place
 from webhook.scheduling.node_annotations import (
     Ignored,
@@ -25,7 +25,7 @@ from webhook.scheduling.node_annotations import (
 )
 from webhook.scheduling.request import request_of
 from webhook.scheduling.shares import share_of
-from webhook.scheduling.state import ClusterState
+from webhook.scheduling.state import ClusterState, card_used
 
 MT = MthreadsConfig(memory_per_card=(96, 160))
 FLEET = Fleet.of(MT.memory_per_card)
@@ -300,3 +300,53 @@ def test_ignored_entries_are_told_once_per_change():
     assert len(told.seen("MODIFIED", bad)) == 1  # broken again: told again
     told.seen("DELETED", bad)
     assert len(told.seen("ADDED", bad)) == 1  # a node made again under the name
+
+
+# --- the card choice in one pass ---------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu_policy", ["binpack", "spread"])
+def test_the_one_pass_card_choice_is_the_filters_choice(gpu_policy):
+    """fit_cards chooses a slice's card in one pass over the cards; over random cards (models,
+    cordons, limits, exclusive and full cards, pinned and avoided ids, slices with and without
+    cores) it is the card that passes every filter of card_reasons with the policy's best
+    fraction used (lowest index on a tie), and a refusal is the filters' own."""
+    rng = random.Random(37)
+    config = Config(mthreads=MT)
+    chosen = refused = 0
+    for _ in range(400):
+        state = ClusterState(MT)
+        cards, units = rng.choice([1, 2, 4, 8]), rng.choice([96, 160])
+        ann = {keys.MAX_INSTANCES: str(rng.choice([1, 2, 4, 16]))}
+        if rng.random() < 0.4:
+            ann[keys.CORDON] = ",".join(f"n-mthreads-{i}" for i in range(cards) if rng.random() < 0.3)
+        state.set_node(mt_node("n", cards, units, annotations=ann))
+        for _ in range(rng.randrange(0, 3 * cards)):  # shares of random sizes, whole cards too
+            card = rng.randrange(cards)
+            if rng.random() < 0.1:
+                text = f"n-mthreads-{card},Mthreads,{units * 512},100:;"
+            else:
+                text = f"n-mthreads-{card},Mthreads,{rng.choice([2, 8, 32]) * 512},{rng.choice([0, 2, 8])}:;"
+            state.add(share_of(pod(slice_(2), node="n", phase="Running",
+                                   annotations={keys.ALLOCATED: text})))
+        pinned = {}
+        if rng.random() < 0.2:
+            pinned[keys.USE_CARDS] = f"n-mthreads-{rng.randrange(cards)}"
+        if rng.random() < 0.2:
+            pinned[keys.NOUSE_CARDS] = f"n-mthreads-{rng.randrange(cards)}"
+        slices = [slice_(rng.choice([2, 8, 16, 64]), rng.choice([None, 1, 4, 12]))
+                  for _ in range(rng.choice([1, 1, 2]))]
+        need = request_of(pod(*slices, annotations=pinned), config, FLEET).need
+        if need is None:  # slices the admission rules refuse
+            continue
+        info = state.nodes["n"]
+        reason, picked = fit_cards(need, info.cards, state.card, False, gpu_policy)
+        passing = [c for c, why in card_reasons(need, info.cards, state.card) if why is None]
+        if not passing:
+            assert picked == () and reason is not None
+            refused += 1
+            continue
+        sign = -1 if gpu_policy == "binpack" else 1
+        best = min(passing, key=lambda c: (sign * card_used(c.memory_mib, state.card(c.id)), c.index))
+        assert (reason, picked) == (None, (best,))
+        chosen += 1
+    assert chosen >= 100 and refused >= 100

@@ -89,19 +89,22 @@ class ClusterState:
         self.generation = 0
         # Nodes with a card left to share, in the order the node policies try them: (used, name)
         # for spread, (-used, name) for binpack; the first that fits is the one the policy picks.
-        # One list per kind of free card: (free MiB's bit_length, free cores), a node in each
-        # list one of its shareable cards falls in; so a request looks only at nodes with a
-        # card that may hold it, and skips the many whose cards are too full late in a fill.
+        # One list per kind of free card: (free MiB's bit_length, free cores' bit_length), a
+        # node in each list one of its shareable cards falls in; so a request looks only at
+        # nodes with a card that may hold it, and skips the many whose cards are too full late
+        # in a fill. Powers of two for the cores too: a decision merges every list that may
+        # hold its request, and with a list per count of cores that was 15 lists a decision
+        # (the merge's set-up was a quarter of the extender's choice of a node).
         # A policy's lists are made when a decision first asks for it and kept from then on:
         # most clusters use one policy, and each assumed share moves its node in every list.
         self.room: dict[str, NodeRoom] = {}
         self._orders: dict[str, dict[tuple[int, int], SortedList]] = {}
-        # (policy, MiB's bit_length, cores) of a request -> the lists of buckets that may hold it
+        # (policy, bit_lengths of MiB and cores) of a request -> the lists that may hold it
         self._qualifying: dict[tuple[str, int, int], list[SortedList]] = {}
 
     def _keys(self, name: str, room: NodeRoom, policies: Iterable[str] | None = None
               ) -> Iterator[tuple[SortedList, tuple[float, str]]]:
-        for bucket in {(mib.bit_length(), cores) for mib, cores in room.free}:
+        for bucket in {(mib.bit_length(), cores.bit_length()) for mib, cores in room.free}:
             for policy in policies or self._orders:
                 used = -room.used if policy == "binpack" else room.used
                 yield self._order(policy, bucket), (used, name)
@@ -129,19 +132,19 @@ class ClusterState:
 
     def in_order(self, policy: str, least_mib: int, least_cores: int) -> Iterator[str]:
         """In the order of the node policy ("spread" or "binpack"), each node once, the nodes
-        with a card of at least `least_cores` free cores and about `least_mib` free MiB (its
-        bucket's; the caller checks the exact room)."""
+        with a card of about `least_mib` free MiB and `least_cores` free cores (their
+        buckets'; the caller checks the exact room)."""
         if policy not in self._orders:  # first asked: its lists, from every node's room
             self._orders[policy] = {}
             for name, room in self.room.items():
                 for order, key in self._keys(name, room, (policy,)):
                     order.add(key)
-        least = (policy, least_mib.bit_length(), least_cores)
+        least = (policy, least_mib.bit_length(), least_cores.bit_length())
         buckets = self._qualifying.get(least)
         if buckets is None:
             buckets = self._qualifying[least] = [
-                o for (mib_bits, cores), o in self._orders[policy].items()
-                if mib_bits >= least[1] and cores >= least_cores]
+                o for (mib_bits, cores_bits), o in self._orders[policy].items()
+                if mib_bits >= least[1] and cores_bits >= least[2]]
         lists = [o for o in buckets if o]
         last = None
         for _, name in (lists[0] if len(lists) == 1 else heapq.merge(*lists)):
