@@ -30,8 +30,8 @@ log = logging.getLogger("webhook.extender")
 READY_WAIT = 5.0  # seconds, below the configured httpTimeout (10 s)
 THREADS = 4  # for /preempt, /metrics and the calls waiting for the first list
 
-JSON = [("content-type", "application/json")]
-TEXT = [("content-type", "text/plain")]
+JSON = (("content-type", "application/json"),)  # tuples: the server keeps each head made
+TEXT = (("content-type", "text/plain"),)
 PAGES = ("/healthz", "/readyz", "/metrics")
 VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/preempt": "preempt", "/bind": "bind"}
 ON_THREADS = {"preempt"}  # it reads every share of the nodes proposed: it may take a while
@@ -107,7 +107,7 @@ class ExtenderApp:
 
     async def _metrics(self) -> Answer:
         body, status, headers = await asyncio.get_running_loop().run_in_executor(self.pool, self.metrics)
-        return status, [(k.lower(), v) for k, v in headers.items()], body
+        return status, tuple((k.lower(), v) for k, v in headers.items()), body
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
