@@ -136,6 +136,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.answer: asyncio.Future | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the answer's deadline
         self.body: list[bytes] = []
         self.closed = False
 
@@ -159,6 +160,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         answer, self.answer = self.answer, None
+        self._stop_timer()
         if answer is not None and not answer.done():
             answer.set_result((self.parser.get_status_code(), b"".join(self.body),
                                self.parser.should_keep_alive()))
@@ -170,13 +172,24 @@ class _Connection(asyncio.Protocol):
             answer.set_exception(error)
         self.close()
 
-    def send(self, request: bytes) -> asyncio.Future:
-        self.answer = asyncio.get_running_loop().create_future()
+    def send(self, request: bytes, timeout: float) -> asyncio.Future:
+        """The answer, or TimeoutError after `timeout` seconds (the connection is then closed:
+        a late answer would be taken for the next request's). A timer of the connection's own:
+        `asyncio.timeout` around the await cost a tenth of a call's CPU."""
+        loop = asyncio.get_running_loop()
+        self.answer = loop.create_future()
+        self.timer = loop.call_later(timeout, self._fail, TimeoutError())
         self.transport.write(request)
         return self.answer
 
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
     def close(self) -> None:
         self.closed = True
+        self._stop_timer()
         if self.transport is not None:
             self.transport.close()
 
@@ -318,9 +331,8 @@ class Api:
         async with pool.slots:
             conn, answer = None, None
             try:
-                async with asyncio.timeout(timeout):
-                    conn = await self._connection(pool)
-                    answer = await conn.send(request)
+                conn = await self._connection(pool, timeout)
+                answer = await conn.send(request, timeout)
             except NOT_REACHED as e:
                 raise _not_reached(f"{method} {path}", e) from None
             finally:  # a connection is reused only after a whole answer that lets it be
@@ -372,12 +384,15 @@ class Api:
             head += [f"{k}: {v}" for k, v in self.proxy_headers.items()]
         return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
 
-    async def _connection(self, pool: _Pool) -> _Connection:
+    async def _connection(self, pool: _Pool, timeout: float) -> _Connection:
+        """An idle connection, or a new one opened within `timeout` seconds (the answer then
+        has `timeout` seconds of its own)."""
         while pool.idle:
             conn = pool.idle.pop()
             if not conn.closed:  # the server may have closed an idle one since
                 return conn
-        return await self._open(_Connection)
+        async with asyncio.timeout(timeout):
+            return await self._open(_Connection)
 
     async def _open(self, protocol: Callable[[], asyncio.Protocol]):
         """A new connection to the API server with `protocol()` on it: directly, or through
