@@ -61,7 +61,7 @@ class Extender:
         self.requeues: set[asyncio.Task] = set()  # the requeue writes under way
 
     def synced(self) -> bool:
-        return self.source.wait_ready(0)
+        return self.source.ready()  # no wait: Event.wait(0) takes a lock, three times a call
 
     def filter(self, body) -> dict | Awaitable[dict]:
         args = wire.extender_args(body)
