@@ -215,6 +215,21 @@ def test_a_connection_without_a_first_request_is_closed_long_before_the_keepaliv
         s.stop()
 
 
+def test_a_connection_the_client_closes_leaves_no_timer_behind(server):
+    """Its idle timer is cancelled with it: a timer left to fire would hold every connection
+    kube-scheduler opens and drops (a third of its calls) for the keepalive."""
+    c = server.connect()
+    c.sendall(post("/a"))
+    read_answers(c, 1)
+    (conn,) = server.server.connections
+    assert conn.timer is not None  # armed for the keepalive
+    c.close()
+    deadline = time.monotonic() + 5
+    while server.server.connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not server.server.connections and conn.timer is None
+
+
 def test_one_address_cannot_take_every_connection():
     s = Running(max_connections=10, max_per_peer=3)
     try:

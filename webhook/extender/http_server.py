@@ -104,6 +104,7 @@ class _Connection(asyncio.Protocol):
         self.closing = True
         self.server.forget(self)
         self._disarm()
+        self._cancel_timer()  # else the loop holds the connection until the timer is due
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
@@ -211,9 +212,7 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closing = True
         self._disarm()
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        self._cancel_timer()
         self.transport.close()
 
     def close_if_idle(self) -> None:
@@ -233,6 +232,11 @@ class _Connection(asyncio.Protocol):
 
     def _disarm(self) -> None:
         self.deadline = None
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def _expire(self) -> None:
         self.timer = None

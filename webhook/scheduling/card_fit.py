@@ -124,8 +124,7 @@ def _best_slice_card(need: CardNeed, node: NodeCards, usage: Usage, binpack: boo
                 or c.id in need.nouse or c.id in cordoned:
             continue
         u = usage(c.id)
-        if u.whole or (u.memory_mib >= c.memory_mib and u.cores >= CORES_PER_CARD) \
-                or u.containers + need.containers > limit \
+        if held_whole(c, u) or u.containers + need.containers > limit \
                 or (need.any_coreless and u.cores >= CORES_PER_CARD) \
                 or c.memory_mib - u.memory_mib < need.memory_mib \
                 or CORES_PER_CARD - u.cores < need.cores:
