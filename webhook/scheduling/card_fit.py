@@ -8,7 +8,7 @@ N whole cards take N idle cards of the node.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 from ..cards import CORES_PER_CARD, UNIT_MIB
 from ..pods import Kind, PodRequest
@@ -58,29 +58,42 @@ def held_whole(card: Card, u: CardUsage) -> bool:
 Usage = Callable[[str], CardUsage]
 
 
-def _filters(need: CardNeed, node: NodeCards, usage: Usage
-             ) -> Iterator[tuple[str, Callable[[Card], bool]]]:
-    yield reasons.TYPE_MISMATCH, lambda c: c.model.units in need.model_units
-    yield reasons.UUID_MISMATCH, lambda c: (not need.use or c.id in need.use) and c.id not in need.nouse
-    yield reasons.CORDONED, lambda c: c.id not in node.settings.cordoned
+# The card filters in their order: a node's reason is the first that leaves too few cards.
+_ORDER = (reasons.TYPE_MISMATCH, reasons.UUID_MISMATCH, reasons.CORDONED,
+          reasons.EXCLUSIVE_CONFLICT, reasons.TIME_SLICING_EXHAUSTED, reasons.CORES_EXHAUSTED,
+          reasons.INSUFFICIENT_CARD_MEMORY, reasons.INSUFFICIENT_CARD_CORES)
+_RANK = {r: i for i, r in enumerate(_ORDER)}
+
+
+def _refusal(need: CardNeed, node: NodeCards, c: Card, u: CardUsage) -> str | None:
+    """The first card filter that refuses card `c` (its usage `u`) on its own, or None. The one
+    statement of the card rules: written as one pass, since a filter at a time over the cards
+    cost the extender's filter, on kube-scheduler's path for every pod, twice as much."""
+    if c.model.units not in need.model_units:
+        return reasons.TYPE_MISMATCH
+    if (need.use and c.id not in need.use) or c.id in need.nouse:
+        return reasons.UUID_MISMATCH
+    if c.id in node.settings.cordoned:
+        return reasons.CORDONED
     if need.kind is Kind.WHOLE:
-        yield reasons.EXCLUSIVE_CONFLICT, lambda c: usage(c.id).idle
-        return
-    yield reasons.EXCLUSIVE_CONFLICT, lambda c: not held_whole(c, usage(c.id))
-    yield reasons.TIME_SLICING_EXHAUSTED, \
-        lambda c: usage(c.id).containers + need.containers <= node.settings.max_instances
-    if need.any_coreless:
-        yield reasons.CORES_EXHAUSTED, lambda c: usage(c.id).cores < CORES_PER_CARD
-    yield reasons.INSUFFICIENT_CARD_MEMORY, lambda c: c.memory_mib - usage(c.id).memory_mib >= need.memory_mib
-    yield reasons.INSUFFICIENT_CARD_CORES, lambda c: CORES_PER_CARD - usage(c.id).cores >= need.cores
+        return None if u.idle else reasons.EXCLUSIVE_CONFLICT
+    if held_whole(c, u):
+        return reasons.EXCLUSIVE_CONFLICT
+    if u.containers + need.containers > node.settings.max_instances:
+        return reasons.TIME_SLICING_EXHAUSTED
+    if need.any_coreless and u.cores >= CORES_PER_CARD:
+        return reasons.CORES_EXHAUSTED
+    if c.memory_mib - u.memory_mib < need.memory_mib:
+        return reasons.INSUFFICIENT_CARD_MEMORY
+    if CORES_PER_CARD - u.cores < need.cores:
+        return reasons.INSUFFICIENT_CARD_CORES
+    return None
 
 
 def card_reasons(need: CardNeed, node: NodeCards, usage: Usage) -> list[tuple[Card, str | None]]:
     """Each card of the node with the first filter that refuses it on its own, or None: the
     same filters as fit_cards, card by card (fit_cards names the one that leaves too few)."""
-    filters = list(_filters(need, node, usage))
-    return [(c, next((reason for reason, keep in filters if not keep(c)), None))
-            for c in node.cards]
+    return [(c, _refusal(need, node, c, usage(c.id))) for c in node.cards]
 
 
 def fraction_used(card: Card, u: CardUsage) -> float:
@@ -89,51 +102,31 @@ def fraction_used(card: Card, u: CardUsage) -> float:
 
 def fit_cards(need: CardNeed, node: NodeCards, usage: Usage, node_held_whole: bool,
               gpu_policy: str) -> tuple[str | None, tuple[Card, ...]]:
-    """(None, chosen cards) or (reason, ())."""
+    """(None, chosen cards) or (reason, ()). The reason is the first filter after which fewer
+    cards than the pod needs are left."""
     if node.problem:
         return reasons.INCONSISTENT, ()
     if len(node.cards) < need.cards:
         return reasons.NO_DEVICE, ()
     if node_held_whole:
         return reasons.EXCLUSIVE_CONFLICT, ()
-    if need.kind is not Kind.WHOLE and need.cards == 1:
-        best = _best_slice_card(need, node, usage, gpu_policy == "binpack")
-        if best is not None:
-            return None, (best,)
-    candidates = list(node.cards)  # none fits (or whole cards): the filters name the reason
-    for reason, keep in _filters(need, node, usage):
-        candidates = [c for c in candidates if keep(c)]
-        if len(candidates) < need.cards:
-            return reason, ()
-    if need.kind is Kind.WHOLE:
-        return None, tuple(candidates[:need.cards])  # all idle: lowest indexes first
-    sign = -1 if gpu_policy == "binpack" else 1  # spread: least used card first
-    best = min(candidates, key=lambda c: (sign * fraction_used(c, usage(c.id)), c.index))
-    return None, (best,)
-
-
-def _best_slice_card(need: CardNeed, node: NodeCards, usage: Usage, binpack: bool) -> Card | None:
-    """The card fit_cards' filters and choice give a pod of slices, in one pass over the cards
-    (the filters one after another cost a filter's decisions twice over: measured in the
-    extender, where this is on kube-scheduler's path for every pod); None when no card passes
-    them all, and the filters then say why."""
-    cordoned, limit = node.settings.cordoned, node.settings.max_instances
-    best, best_key = None, None
+    passing: list[tuple[Card, CardUsage]] = []
+    ranks: list[int] = []  # of the filter that refused each other card
     for c in node.cards:
-        if c.model.units not in need.model_units or (need.use and c.id not in need.use) \
-                or c.id in need.nouse or c.id in cordoned:
-            continue
         u = usage(c.id)
-        if held_whole(c, u) or u.containers + need.containers > limit \
-                or (need.any_coreless and u.cores >= CORES_PER_CARD) \
-                or c.memory_mib - u.memory_mib < need.memory_mib \
-                or CORES_PER_CARD - u.cores < need.cores:
-            continue
-        used = card_used(c.memory_mib, u)
-        key = (-used if binpack else used, c.index)
-        if best_key is None or key < best_key:
-            best, best_key = c, key
-    return best
+        why = _refusal(need, node, c, u)
+        if why is None:
+            passing.append((c, u))
+        else:
+            ranks.append(_RANK[why])
+    short = need.cards - len(passing)
+    if short > 0:  # a card refused at rank r passes every filter before it
+        return _ORDER[sorted(ranks, reverse=True)[short - 1]], ()
+    if need.kind is Kind.WHOLE:
+        return None, tuple(c for c, _ in passing[:need.cards])  # all idle: lowest indexes first
+    sign = -1 if gpu_policy == "binpack" else 1  # spread: least used card first
+    best, _ = min(passing, key=lambda cu: (sign * fraction_used(*cu), cu[0].index))
+    return None, (best,)
 
 
 def least_card(need: CardNeed) -> tuple[int, int]:
