@@ -16,7 +16,11 @@ the bench records when each pod is first seen bound:
   project's extender (`python -m webhook.cli extender`; filter, which reserves the cards,
   prioritize, bind) places the pods in the allocator's form (tests/harness/extender.py); its
   CPU is both processes'. Streaming runs also give create-to-bound seconds per pod (from the
-  answer to its POST to the watch event that shows it bound): p50, p99, max.
+  answer to its POST to the watch event that shows it bound): p50, p99, max;
+- only when named (`--e2e-only ...,floor,floor-no-watch`), the same kube-scheduler calling
+  bench/floor_extender.py, an extender that decides nothing on the extender's own HTTP server,
+  API client and watches (with and without them): the floor of the stack, the nearest the
+  extender could come to kube-scheduler alone.
 
 Two ways: **streaming** (the scheduler runs and is warm — a probe pod was bound — before the
 pods are created; pods/s = pods / (last bound − first create), which cannot pass the rate at
@@ -78,8 +82,10 @@ def add_arguments(g) -> None:
     g.add_argument("--e2e-pods", type=int, default=2000, help="pods per run (%(default)s)")
     g.add_argument("--e2e-only", default="",
                    help="comma-separated rows to run, of: allocator, kube-scheduler, extender, "
-                        "raw, sequential (default: all of these), and extender-all (the "
-                        "extender with kube-scheduler filtering every node; only when named)")
+                        "raw, sequential (default: all of these), and, only when named, "
+                        "extender-all (the extender with kube-scheduler filtering every node), "
+                        "floor and floor-no-watch (bench/floor_extender.py, an extender that "
+                        "decides nothing, with and without the extender's watches)")
     g.add_argument("--e2e-profile", type=float, default=4.0,
                    help="seconds of py-spy on the allocator in an extra backlog run "
                         "(0: none; needs py-spy) (%(default)s)")
@@ -344,13 +350,14 @@ class ExtenderStack(Scheduler):
             self.label = f"{ExtenderStack.label}, {node_sample}% of the nodes"
         self.log = self.workdir / "kube-scheduler.log"
         self.stack = None
+        self.program = ("-m", "webhook.cli", "extender")
 
     def start(self) -> None:
         from tests.harness.allocator import ALLOCATOR_USER
         from tests.harness.extender import start_stack
         from tests.harness.kube import ADMIN
         self.stack = start_stack(self.cluster, self.workdir, ALLOCATOR_USER, ADMIN, verbosity=1,
-                                 node_sample=self.node_sample)
+                                 node_sample=self.node_sample, program=self.program)
         self.proc = self.stack[1].proc
 
     def pids(self) -> dict[str, int]:
@@ -364,6 +371,19 @@ class ExtenderStack(Scheduler):
             for p in reversed(self.stack):
                 p.stop()
         self.stack = self.proc = None
+
+
+class FloorStack(ExtenderStack):
+    """The same kube-scheduler calling bench/floor_extender.py: the extender's HTTP server, API
+    client and (`watch`) watches with no decision between them, the floor of the stack."""
+
+    def __init__(self, cluster, workdir: Path, watch: bool = True):
+        super().__init__(cluster, workdir)
+        self.label = "kube-scheduler + floor extender" + ("" if watch else ", no watches")
+        self.workdir = workdir / ("floor" if watch else "floor-no-watch")
+        self.workdir.mkdir(exist_ok=True)
+        self.log = self.workdir / "kube-scheduler.log"
+        self.program = ("-m", "bench.floor_extender") + (() if watch else ("--no-watch",))
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -644,7 +664,8 @@ def run(args) -> Section:
         sequential = AllocatorScheduler(cluster, workdir, bind_threads=1)  # how it bound before
         stack = ExtenderStack(cluster, workdir)
         every = ExtenderStack(cluster, workdir, node_sample=100)  # the chart's earlier default
-        scheds = [alloc, ks, sequential, stack, every]
+        floor, bare = FloorStack(cluster, workdir), FloorStack(cluster, workdir, watch=False)
+        scheds = [alloc, ks, sequential, stack, every, floor, bare]
         ks_version = ks.version()
         bench = Bench(cluster, admin, workdir, pods)
         bench.nodes = nodes
@@ -656,11 +677,13 @@ def run(args) -> Section:
                  (sequential.label, "backlog"), ("allocator", CONSTRAINED),
                  ("kube-scheduler", CONSTRAINED)]
         only = {w.strip() for w in args.e2e_only.split(",") if w.strip()}
-        if "extender-all" in only:  # only when asked for: it adds two runs a round
-            cells += [(every.label, "streaming"), (every.label, "backlog")]
+        named = {"extender-all": every, "floor": floor, "floor-no-watch": bare}
+        for word, extra in named.items():  # only when asked for: each adds two runs a round
+            if word in only:
+                cells += [(extra.label, "streaming"), (extra.label, "backlog")]
         if only:
             short = {"extender": stack.label, "sequential": sequential.label,
-                     "extender-all": every.label}
+                     **{word: extra.label for word, extra in named.items()}}
             keep = {short.get(w, w) for w in only}
             cells = [c for c in cells if c[0] in keep]
         by_label = {s.label: s for s in scheds}

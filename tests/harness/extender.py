@@ -70,15 +70,20 @@ class Process(LoggedProcess):
         return _up(self.health_url)
 
 
-def start_extender(cluster, workdir: Path, extender_user: str, ready: bool = True
-                   ) -> tuple[Process, str]:
-    """The extender, started and (`ready`) ready: its first list done; and its URL."""
+EXTENDER = ("-m", "webhook.cli", "extender")
+
+
+def start_extender(cluster, workdir: Path, extender_user: str, ready: bool = True,
+                   program: tuple[str, ...] = EXTENDER) -> tuple[Process, str]:
+    """The extender, started and (`ready`) ready: its first list done; and its URL.
+    `program`: Python's arguments before the extender's own (another program that takes them:
+    bench/floor_extender.py)."""
     (ext_port,) = free_ports(1)
     config = workdir / "config.yaml"
     config.write_text("devices:\n  mthreads:\n    memoryPerCard: [96, 160]\n")
     url = f"http://127.0.0.1:{ext_port}"
     extender = Process(
-        [sys.executable, "-m", "webhook.cli", "extender", "--config", str(config), "--kubeconfig",
+        [sys.executable, *program, "--config", str(config), "--kubeconfig",
          str(cluster.kubeconfig(extender_user)), "--bind", f"127.0.0.1:{ext_port}"],
         workdir / "extender.log", f"{url}/readyz").start()
     if ready:
@@ -95,14 +100,14 @@ def wait_until_ready(extender: Process) -> None:
 
 
 def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, verbosity: int = 2,
-                node_sample: int = 0):
+                node_sample: int = 0, program: tuple[str, ...] = EXTENDER):
     """(extender, kube-scheduler), both started, the extender ready; the caller waits for
     kube-scheduler to be healthy.
     `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1);
-    `node_sample`: as for scheduler_config."""
+    `node_sample`: as for scheduler_config; `program`: as for start_extender."""
     # Both at once, as the chart's two containers start: the extender listens before its
     # imports (webhook/cli/early_listen.py), so kube-scheduler's first calls wait for it.
-    extender, url = start_extender(cluster, workdir, extender_user, ready=False)
+    extender, url = start_extender(cluster, workdir, extender_user, ready=False, program=program)
     (sched_port,) = free_ports(1)
     sched_config = workdir / "kube-scheduler.yaml"
     sched_config.write_text(yaml.safe_dump(scheduler_config(

@@ -1,0 +1,135 @@
+"""The floor of the extender path in this project's stack: an extender that decides nothing.
+
+It answers kube-scheduler as the extender does, on the extender's own HTTP server
+(webhook/extender/http_server.py), API client (webhook/kube/api.py) and watches
+(webhook/kube/informer.py), with none of its work between them:
+
+- /filter: the first node name kube-scheduler sent (the body parsed, nothing checked);
+- /prioritize: every node 0;
+- /bind: one pods/binding POST whose annotations have the keys and sizes of the extender's
+  (SPEC 4), for card 0 of the node;
+- the same watches as the extender's (nodes, bound live pods, pods waiting for its scheduler;
+  `--no-watch`: none), each event parsed and dropped.
+
+What this costs per pod is what any extender built on these parts pays before its first
+decision: the bench's row of it (bench/e2e.py, `--e2e-only ...,floor`) is the nearest the real
+extender could come to kube-scheduler alone on the same machine.
+
+    python -m bench.floor_extender --kubeconfig F --bind 127.0.0.1:PORT [--no-watch] [--config F]
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+
+def _listen(bind: str) -> socket.socket:
+    # before the imports, as the extender does (webhook/cli/early_listen.py)
+    host, _, port = bind.rpartition(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(1024)
+    return sock
+
+
+def _args(argv: list[str]):
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m bench.floor_extender")
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--bind", required=True, help="HOST:PORT, an IPv4 address")
+    p.add_argument("--config", help="ignored: taken for the extender's command line")
+    p.add_argument("--no-watch", action="store_true", help="no watches at all")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = _args(argv)
+    sock = _listen(args.bind)
+
+    import asyncio
+    import signal
+    import time
+
+    import uvloop
+
+    from webhook import fast_json
+    from webhook.extender.http_server import HttpServer
+    from webhook.extender.wire import binding_args, filter_error
+    from webhook.hami import Device
+    from webhook.kube.api import Api
+    from webhook.kube.informer import Informer
+    from webhook.kube.pods import post_binding
+    from webhook.scheduling.binding import binding_annotations
+    from webhook.scheduling.pod_status import BOUND_LIVE_PODS, waiting_for
+
+    from .workload import SCHEDULER
+
+    api = Api.from_kubeconfig(args.kubeconfig)
+    json = (("content-type", "application/json"),)
+    watched = [] if args.no_watch else [
+        ("/api/v1/nodes", None), ("/api/v1/pods", BOUND_LIVE_PODS),
+        ("/api/v1/pods", waiting_for(SCHEDULER))]
+    listed: set[int] = set()
+
+    class Card:  # what binding_annotations reads of a Placement
+        def __init__(self, node: str):
+            self.node, self.gpu_index = node, "0"
+            self.devices = ((Device(f"{node}-mthreads-0", 16384, 25),),)
+
+    def names(body: dict) -> list:
+        return body.get("nodenames") or body.get("NodeNames") or []
+
+    async def bind(body: dict):
+        b = binding_args(body)
+        meta = {"name": b.name, "namespace": b.namespace, "uid": b.uid,
+                "annotations": binding_annotations(Card(b.node), time.time_ns())}
+        status, message = await post_binding(api, {
+            "apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": b.node}})
+        error = "" if status is not None and 200 <= status < 300 else f"{status}: {message}"
+        return 200, json, fast_json.dumps({"Error": error})
+
+    def respond(method: str, path: str, body: bytes | None):
+        if path == "/filter":
+            given = names(fast_json.loads(body))
+            if not given:
+                return 200, json, fast_json.dumps(filter_error("no node"))
+            return 200, json, fast_json.dumps({"NodeNames": given[:1], "FailedNodes": {},
+                                               "Error": ""})
+        if path == "/prioritize":
+            return 200, json, fast_json.dumps([{"Host": n, "Score": 0}
+                                               for n in names(fast_json.loads(body))])
+        if path == "/bind":
+            return bind(fast_json.loads(body))
+        if path == "/readyz":
+            return (200 if len(listed) == len(watched) else 503), json, b"{}"
+        return 404, json, b"{}"
+
+    def dropped(i: int):
+        def emit(event: str, obj) -> None:
+            if event == "RESET":
+                listed.add(i)
+        return emit
+
+    async def serve() -> None:
+        server = HttpServer(respond)
+        await server.start(sock)
+        watches = [asyncio.ensure_future(Informer(api, "floor", path, selector, dropped(i)).run())
+                   for i, (path, selector) in enumerate(watched)]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        for w in watches:
+            w.cancel()
+        await server.close()
+
+    uvloop.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
