@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import TypeAlias
 
@@ -82,17 +82,37 @@ def _quantity_text(raw: str) -> Decimal | None:
 
 
 def _ceil(d: Decimal) -> int:
-    return int(-((-d) // 1))
+    # as Quantity.Value and MilliValue round (up); Decimal's // truncates toward zero
+    return int(d.to_integral_value(rounding=ROUND_CEILING))
 
 
 def cpu_milli(raw: object) -> int:
+    if type(raw) is str:
+        return _cpu_milli_text(raw)
     q = quantity(raw)
     return _ceil(q * 1000) if q is not None and q > 0 else 0
 
 
 def whole_units(raw: object) -> int:
     """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
+    if type(raw) is str:
+        return _whole_units_text(raw)
     q = quantity(raw)
+    return _ceil(q) if q is not None and q > 0 else 0
+
+
+# The rounded amount of a text, kept as its Decimal is: a pod's requests are read at each of
+# its decisions and again when the watch shows it bound, and the Decimal arithmetic of the
+# rounding cost as much as the parse.
+@lru_cache(maxsize=4096)
+def _cpu_milli_text(raw: str) -> int:
+    q = _quantity_text(raw)
+    return _ceil(q * 1000) if q is not None and q > 0 else 0
+
+
+@lru_cache(maxsize=4096)
+def _whole_units_text(raw: str) -> int:
+    q = _quantity_text(raw)
     return _ceil(q) if q is not None and q > 0 else 0
 
 
