@@ -81,24 +81,21 @@ def _quantity_text(raw: str) -> Decimal | None:
         return None
 
 
-def _ceil(d: Decimal) -> int:
-    # as Quantity.Value and MilliValue round (up); Decimal's // truncates toward zero
-    return int(d.to_integral_value(rounding=ROUND_CEILING))
+def _rounded_up(q: Decimal | None, scale: int = 1) -> int:
+    """A positive quantity times `scale`, rounded up as Quantity.Value and MilliValue round
+    (Decimal's // truncates toward zero); 0 for anything else."""
+    if q is None or q <= 0:
+        return 0
+    return int((q * scale).to_integral_value(rounding=ROUND_CEILING))
 
 
 def cpu_milli(raw: object) -> int:
-    if type(raw) is str:
-        return _cpu_milli_text(raw)
-    q = quantity(raw)
-    return _ceil(q * 1000) if q is not None and q > 0 else 0
+    return _cpu_milli_text(raw) if type(raw) is str else _rounded_up(quantity(raw), 1000)
 
 
 def whole_units(raw: object) -> int:
     """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
-    if type(raw) is str:
-        return _whole_units_text(raw)
-    q = quantity(raw)
-    return _ceil(q) if q is not None and q > 0 else 0
+    return _whole_units_text(raw) if type(raw) is str else _rounded_up(quantity(raw))
 
 
 # The rounded amount of a text, kept as its Decimal is: a pod's requests are read at each of
@@ -106,14 +103,12 @@ def whole_units(raw: object) -> int:
 # rounding cost as much as the parse.
 @lru_cache(maxsize=4096)
 def _cpu_milli_text(raw: str) -> int:
-    q = _quantity_text(raw)
-    return _ceil(q * 1000) if q is not None and q > 0 else 0
+    return _rounded_up(_quantity_text(raw), 1000)
 
 
 @lru_cache(maxsize=4096)
 def _whole_units_text(raw: str) -> int:
-    q = _quantity_text(raw)
-    return _ceil(q) if q is not None and q > 0 else 0
+    return _rounded_up(_quantity_text(raw))
 
 
 memory_bytes = whole_units
