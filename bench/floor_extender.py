@@ -55,57 +55,50 @@ def main(argv: list[str]) -> int:
     import uvloop
 
     from webhook import fast_json
+    from webhook.extender import wire
+    from webhook.extender.app import JSON
     from webhook.extender.http_server import HttpServer
-    from webhook.extender.wire import binding_args, filter_error
     from webhook.hami import Device
     from webhook.kube.api import Api
     from webhook.kube.informer import Informer
     from webhook.kube.pods import post_binding
-    from webhook.scheduling.binding import binding_annotations
+    from webhook.scheduling.binding import binding_body
     from webhook.scheduling.pod_status import BOUND_LIVE_PODS, waiting_for
 
     from .workload import SCHEDULER
 
     api = Api.from_kubeconfig(args.kubeconfig)
-    json = (("content-type", "application/json"),)
     watched = [] if args.no_watch else [
         ("/api/v1/nodes", None), ("/api/v1/pods", BOUND_LIVE_PODS),
         ("/api/v1/pods", waiting_for(SCHEDULER))]
     listed: set[int] = set()
 
-    class Card:  # what binding_annotations reads of a Placement
+    class Card:  # what binding_body reads of a Placement: card 0 of the node
         def __init__(self, node: str):
             self.node, self.gpu_index = node, "0"
             self.devices = ((Device(f"{node}-mthreads-0", 16384, 25),),)
 
-    def names(body: dict) -> list:
-        return body.get("nodenames") or body.get("NodeNames") or []
-
-    async def bind(body: dict):
-        b = binding_args(body)
-        meta = {"name": b.name, "namespace": b.namespace, "uid": b.uid,
-                "annotations": binding_annotations(Card(b.node), time.time_ns())}
-        status, message = await post_binding(api, {
-            "apiVersion": "v1", "kind": "Binding", "metadata": meta,
-            "target": {"apiVersion": "v1", "kind": "Node", "name": b.node}})
-        error = "" if status is not None and 200 <= status < 300 else f"{status}: {message}"
-        return 200, json, fast_json.dumps({"Error": error})
+    async def bind(body: bytes):
+        b = wire.binding_args(fast_json.loads(body))
+        status, message = await post_binding(api, binding_body(
+            b.namespace, b.name, b.uid, Card(b.node), time.time_ns(), with_annotations=True))
+        ok = status is not None and 200 <= status < 300
+        return 200, JSON, fast_json.dumps(wire.binding_result("" if ok else f"{status}: {message}"))
 
     def respond(method: str, path: str, body: bytes | None):
         if path == "/filter":
-            given = names(fast_json.loads(body))
-            if not given:
-                return 200, json, fast_json.dumps(filter_error("no node"))
-            return 200, json, fast_json.dumps({"NodeNames": given[:1], "FailedNodes": {},
-                                               "Error": ""})
+            args = wire.extender_args(fast_json.loads(body))
+            if not args.node_names:
+                return 200, JSON, fast_json.dumps(wire.filter_error("no node"))
+            return 200, JSON, fast_json.dumps(wire.filter_result(args, args.node_names[:1], {}))
         if path == "/prioritize":
-            return 200, json, fast_json.dumps([{"Host": n, "Score": 0}
-                                               for n in names(fast_json.loads(body))])
+            names = wire.extender_args(fast_json.loads(body)).node_names
+            return 200, JSON, fast_json.dumps(wire.priority_list([(n, 0) for n in names]))
         if path == "/bind":
-            return bind(fast_json.loads(body))
+            return bind(body)
         if path == "/readyz":
-            return (200 if len(listed) == len(watched) else 503), json, b"{}"
-        return 404, json, b"{}"
+            return (200 if len(listed) == len(watched) else 503), JSON, b"{}"
+        return 404, JSON, b"{}"
 
     def dropped(i: int):
         def emit(event: str, obj) -> None:
