@@ -19,9 +19,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..kube.client_config import IN_CLUSTER_DIR
 from ..startup import StartupError
-
-IN_CLUSTER_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ per pods/binding, against 0.09 ms as one write of the whole request and a parse 
 by httptools (measured side by side on the test API server). On a scheduler that decides one
 pod at a time, that CPU is the pace.
 
-The kubernetes client package only loads the configuration (a kubeconfig, the in-cluster
-config): the server, the TLS material, the Authorization header and a proxy. A proxy is used
+The configuration (a kubeconfig, the in-cluster config) gives the server, the TLS material,
+the Authorization header and a proxy. The common kubeconfigs and the in-cluster config are read
+by client_config.py, to the values the kubernetes client's loader gives; that loader, imported
+only then (`import kubernetes` is 0.22 s of every start), reads whatever client_config.py
+declines (exec and auth-provider users, proxies...). A proxy is used
 as urllib3 (the kubernetes client's transport) uses it: an https server through a CONNECT
 tunnel, an http server with the whole URL on the request line. The Authorization header is
 asked of the configuration once per `AUTH_EVERY` seconds, not per call: its refresh hook
@@ -30,15 +33,19 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Union
 from urllib.parse import urlencode, urlsplit
 
 import httptools
-from kubernetes import client
-from kubernetes import config as kube_config
-from kubernetes.client.rest import should_bypass_proxies
 
 from .. import fast_json
+from . import client_config
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+# What Api reads: the fast path's settings, or the kubernetes loader's.
+Configuration = Union[client_config.ClientConfig, "client.Configuration"]
 
 REQUEST_TIMEOUT = 5.0  # seconds, for every call that is not a watch
 AUTH_EVERY = 10.0  # seconds between two reads of the Authorization header from the configuration
@@ -96,9 +103,16 @@ def _not_reached(what: str, e: BaseException) -> ApiError:
     return ApiError(f"{what}: {type(e).__name__}: {str(e) or reason}", reason)
 
 
-def client_configuration(kubeconfig: str | None, description: str | None = None) -> client.Configuration:
+def client_configuration(kubeconfig: str | None, description: str | None = None) -> Configuration:
     """The client settings of a kubeconfig (a file or a colon-separated list; None: in-cluster).
-    A source the loader cannot use is a KubeconfigError naming it (`description`, else the path)."""
+    A source the loader cannot use is a KubeconfigError naming it (`description`, else the path).
+    client_config.py reads the common ones; the kubernetes loader the rest, and makes the errors."""
+    fast = client_config.load(kubeconfig)
+    if fast is not None:
+        return fast
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
     cfg = client.Configuration()
     try:
         if kubeconfig:
@@ -112,7 +126,7 @@ def client_configuration(kubeconfig: str | None, description: str | None = None)
     return cfg
 
 
-def ssl_context(cfg: client.Configuration) -> ssl.SSLContext:
+def ssl_context(cfg: Configuration) -> ssl.SSLContext:
     """The TLS settings the kubernetes client gives urllib3 (rest.RESTClientObject): the
     configured CA alone when there is one, as urllib3 and client-go trust it (the system's
     store, loaded besides, took 20 ms of every start: the extender's first bind waits for it);
@@ -127,6 +141,15 @@ def ssl_context(cfg: client.Configuration) -> ssl.SSLContext:
     if cfg.cert_file:
         ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     return ctx
+
+
+def _bypasses_proxy(host: str, no_proxy: str | None) -> bool:
+    """Whether `no_proxy` exempts `host`, as the kubernetes client decides it. Only a
+    configuration with a proxy asks, and only the kubernetes loader's have one: the package is
+    loaded by then."""
+    from kubernetes.client.rest import should_bypass_proxies
+
+    return should_bypass_proxies(host, no_proxy or "")
 
 
 class _Connection(asyncio.Protocol):
@@ -283,7 +306,7 @@ class _Pool:
 
 
 class Api:
-    def __init__(self, configuration: client.Configuration, connections: int = CONNECTIONS):
+    def __init__(self, configuration: Configuration, connections: int = CONNECTIONS):
         self.configuration = cfg = configuration
         url = urlsplit(cfg.host)
         self.host, self.prefix = url.hostname or "", url.path.rstrip("/")
@@ -293,7 +316,7 @@ class Api:
         self.host_header = url.netloc.rpartition("@")[2]
         self.origin = f"{url.scheme}://{self.host_header}"  # a forward proxy's request line
         self.proxy = None  # (host, port) of the proxy in the way, if any
-        if cfg.proxy and not should_bypass_proxies(cfg.host, cfg.no_proxy or ""):
+        if cfg.proxy and not _bypasses_proxy(cfg.host, cfg.no_proxy):
             proxy = urlsplit(cfg.proxy)
             if proxy.scheme != "http":
                 raise KubeconfigError(f"proxy {cfg.proxy}: only http:// proxies are supported")
