@@ -8,6 +8,7 @@ request); the allocator writes it with the chosen cards (the allocation).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .cards import CORES_PER_CARD, UNIT_MIB, VENDOR
 from .pods import Kind, PodRequest
@@ -65,3 +66,10 @@ def decode(text: str) -> list[list[Device]]:
             devices.append(Device(fields[0], memory, cores))
         out.append(devices)
     return out
+
+
+@lru_cache(maxsize=256)
+def decode_kept(text: str) -> tuple[tuple[Device, ...], ...]:
+    """`decode` as tuples, kept for the latest texts: a bound pod's annotation is read for its
+    share and again for its holdings (metrics), in one watch event."""
+    return tuple(tuple(devices) for devices in decode(text))

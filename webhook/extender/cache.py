@@ -74,7 +74,7 @@ class Cache:
             self.core.apply(kind, event, obj)
             if kind == "node":
                 self._to_tell += self._ignored.seen(event, obj)
-        if self.core.ready:
+        if not self.synced.is_set() and self.core.ready:
             self.synced.set()
 
     def _apply_waiting(self, event: str, obj) -> None:

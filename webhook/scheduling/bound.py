@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 
 from .. import annotations as keys
-from ..hami import EncodingError, decode
+from ..hami import EncodingError, decode_kept
 from ..json_types import JsonObject
 from .shares import share_of
 
@@ -51,7 +51,7 @@ def bound_pod(pod: JsonObject) -> BoundPod | None:
     try:
         if not isinstance(text, str):
             raise EncodingError("not a string")
-        containers = decode(text)
+        containers = decode_kept(text)
         if any(not d.card for devices in containers for d in devices):
             raise EncodingError("an entry has no card id")
         holdings = tuple(Holding(i, d.card, d.memory_mib, d.cores)

@@ -64,8 +64,11 @@ class Phase(Enum):
     UNCERTAIN = "uncertain"  # the write's outcome is unknown: held until a read tells
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Assumed:
+    """A share a front-end assumed. `phase` and `until` change in place, under the cache's
+    lock (a copy per change was a tenth of an extender's reservation); the rest never does."""
+
     share: PodShare
     phase: Phase
     namespace: str = ""
@@ -146,7 +149,7 @@ class SchedulerCache:
                 continue
             if a.phase is Phase.WRITTEN and not self._shows_unbound:
                 # not shown bound: newer than the list, or gone since; a read tells which
-                a = replace(a, phase=Phase.UNCERTAIN)
+                a.phase = Phase.UNCERTAIN
             self._assumed[uid] = a
             self._state.add(a.share)
         for pod in pods:
@@ -215,7 +218,7 @@ class SchedulerCache:
             if refusal is not None:
                 self._release(uid)
                 return refusal
-            self._assumed[uid] = replace(a, phase=Phase.BINDING, until=None)
+            a.phase, a.until = Phase.BINDING, None
             return a
 
     def release(self, uid: str) -> bool:
@@ -244,7 +247,7 @@ class SchedulerCache:
         with self._lock:
             a = self._assumed.get(share.uid)
             if a is not None and a.share is share and a.phase is Phase.BINDING:
-                self._assumed[share.uid] = replace(a, phase=Phase.WRITTEN)
+                a.phase = Phase.WRITTEN
 
     def forget(self, share: PodShare) -> bool:
         """The write did not happen: drop the share, unless the watch has replaced it since.
@@ -263,7 +266,7 @@ class SchedulerCache:
             a = self._assumed.get(share.uid)
             if a is None or a.share is not share:
                 return False
-            self._assumed[share.uid] = replace(a, phase=Phase.UNCERTAIN)
+            a.phase = Phase.UNCERTAIN
             return True
 
     def binding_refused(self, share: PodShare, status: int) -> str | None:

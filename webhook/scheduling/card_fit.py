@@ -7,7 +7,7 @@ N whole cards take N idle cards of the node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..cards import CORES_PER_CARD, UNIT_MIB
@@ -30,6 +30,12 @@ class CardNeed:
     model_units: frozenset[int]
     use: frozenset[str]  # card ids allowed (empty: all)
     nouse: frozenset[str]  # card ids avoided
+    # (free MiB, free cores) a card must at least have (least_card), worked out once: a
+    # decision's look at each node's room reads it
+    least: tuple[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "least", least_card(self))  # frozen
 
 
 def card_ids(text: object) -> frozenset[str]:
@@ -142,5 +148,5 @@ def may_fit(need: CardNeed, room: NodeRoom) -> bool:
         return False
     if need.kind is Kind.WHOLE:
         return room.idle >= need.cards
-    least_mib, least_cores = least_card(need)
+    least_mib, least_cores = need.least
     return any(mib >= least_mib and cores >= least_cores for mib, cores in room.free)

@@ -17,7 +17,7 @@ from ..json_types import JsonObject
 from ..pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
-from .card_fit import CardNeed, fit_cards, least_card, may_fit
+from .card_fit import CardNeed, fit_cards, may_fit
 from .feasible import NodeChecks, node_checks
 from .inventory import Card
 from .pod_facts import PodFacts, facts_of
@@ -102,7 +102,7 @@ def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: st
         wants = checks.wants
     else:
         checks, wants = None, pod_requests(pod)
-    for name in state.in_order(node_policy, *least_card(need)):
+    for name in state.in_order(node_policy, *need.least):
         if not may_fit(need, state.room[name]) or state.node_held_whole(name) \
                 or (consider is not None and not consider(name)):
             continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..cards import CORES_PER_CARD, UNIT_MIB, CardModel
 from ..config import MthreadsConfig
@@ -16,10 +16,11 @@ class Card:
     id: str  # "<node>-mthreads-<index>"
     index: int
     model: CardModel
+    # kept, not a property: every decision and every change of a node's room reads it per card
+    memory_mib: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def memory_mib(self) -> int:
-        return self.model.units * UNIT_MIB
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memory_mib", self.model.units * UNIT_MIB)  # frozen
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class NodeCards:
     problem: str | None = None  # why a node that reports Mthreads capacity has no usable cards
     # the node's annotations: cordoned cards, the containers a card may hold
     settings: CardSettings = CardSettings()
+    models: frozenset[int] = field(init=False, repr=False, compare=False)  # units per card
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", frozenset(c.model.units for c in self.cards))
 
     def takes_new(self, card: Card, containers: int) -> bool:
         """Whether a new share may go to the card at all: not cordoned, and holding fewer

@@ -12,7 +12,15 @@ from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..json_types import JsonObject
-from ..pods import InvalidRequest, Kind, PodRequest, is_mthreads_pod, read_request, resource_names
+from ..pods import (
+    InvalidRequest,
+    Kind,
+    PodRequest,
+    containers,
+    is_mthreads_pod,
+    read_request,
+    resource_names,
+)
 from . import reasons
 from .card_fit import CardNeed, card_ids, need_of
 from .resources import NO_DEVICES, Devices, device_requests
@@ -28,10 +36,12 @@ class PodAsk:
 
 def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> PodAsk:
     mt = config.mthreads
-    if not mt.enabled or not is_mthreads_pod(pod, resource_names(mt)):
+    names = resource_names(mt)
+    items = containers(pod)  # walked once for both reads
+    if not mt.enabled or not is_mthreads_pod(pod, names, items):
         return PodAsk(None, None)
     try:
-        request = read_request(pod, mt, fleet or Fleet.of(mt.memory_per_card))
+        request = read_request(pod, mt, fleet or Fleet.of(mt.memory_per_card), items)
     except InvalidRequest as e:
         return PodAsk(None, None, f"{reasons.INVALID_REQUEST}: the pod breaks admission rule "
                                   f"{e.rule}: {e.message}")
@@ -40,4 +50,4 @@ def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> P
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     return PodAsk(request, need_of(request, card_ids(ann.get(keys.USE_CARDS)),
                                    card_ids(ann.get(keys.NOUSE_CARDS))),
-                  device_requests=device_requests(pod, resource_names(mt)))
+                  device_requests=device_requests(pod, names))

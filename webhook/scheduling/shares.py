@@ -14,7 +14,7 @@ from typing import Iterable
 
 from .. import annotations as keys
 from ..config import MthreadsConfig
-from ..hami import Device, EncodingError, decode
+from ..hami import Device, EncodingError, decode_kept
 from ..json_types import JsonObject
 from ..pods import resource_names
 from .one_copy import one_name
@@ -83,7 +83,7 @@ def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
     if text is None:
         return PodShare(uid, node, resources, device_requests=requested, pod=facts)
     try:
-        containers = decode(text) if isinstance(text, str) else None
+        containers = decode_kept(text) if isinstance(text, str) else None
         if containers is None:
             raise EncodingError("not a string")
         if any(not d.card for devices in containers for d in devices):

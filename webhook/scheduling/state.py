@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import heapq
 import logging
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, cast
-
-from sortedcontainers import SortedList
+from typing import Iterable, Iterator, Mapping, cast
 
 from .. import annotations as keys
 from ..cards import CORES_PER_CARD
@@ -52,6 +51,9 @@ class NodeUsage:
     requested: Resources = field(default_factory=Resources)
     devices: Devices = NO_DEVICES  # the Mthreads resources the bound pods request (kubelet's sum)
     whole_node: int = 0  # garbled shares that hold every card of the node
+
+
+Key = tuple[float, str]  # a node's place in a policy's order: (used or -used, name)
 
 
 @dataclass(frozen=True)
@@ -97,23 +99,26 @@ class ClusterState:
         # (the merge's set-up was a quarter of the extender's choice of a node).
         # A policy's lists are made when a decision first asks for it and kept from then on:
         # most clusters use one policy, and each assumed share moves its node in every list.
+        # Plain lists kept sorted by bisect: a move is a search and a shift of pointers in C,
+        # a sixth of what a sorted container's did (sortedcontainers' SortedList, before), and
+        # a list holds a few thousand nodes at most.
         self.room: dict[str, NodeRoom] = {}
-        self._orders: dict[str, dict[tuple[int, int], SortedList]] = {}
+        self._orders: dict[str, dict[tuple[int, int], list[Key]]] = {}
         # (policy, bit_lengths of MiB and cores) of a request -> the lists that may hold it
-        self._qualifying: dict[tuple[str, int, int], list[SortedList]] = {}
+        self._qualifying: dict[tuple[str, int, int], list[list[Key]]] = {}
 
     def _keys(self, name: str, room: NodeRoom, policies: Iterable[str] | None = None
-              ) -> Iterator[tuple[SortedList, tuple[float, str]]]:
+              ) -> Iterator[tuple[list[Key], Key]]:
         for bucket in {(mib.bit_length(), cores.bit_length()) for mib, cores in room.free}:
             for policy in policies or self._orders:
                 used = -room.used if policy == "binpack" else room.used
                 yield self._order(policy, bucket), (used, name)
 
-    def _order(self, policy: str, bucket: tuple[int, int]) -> SortedList:
+    def _order(self, policy: str, bucket: tuple[int, int]) -> list[Key]:
         orders = self._orders[policy]
         order = orders.get(bucket)
         if order is None:
-            order = orders[bucket] = SortedList()
+            order = orders[bucket] = []
             self._qualifying.clear()  # a new bucket may qualify for any request
         return order
 
@@ -121,14 +126,14 @@ class ClusterState:
         old = self.room.pop(name, None)
         if old is not None:
             for order, key in self._keys(name, old):
-                order.remove(key)
+                del order[bisect_left(order, key)]  # the key it was added with: it is there
         info = self.nodes.get(name)
         if info is None or not info.cards.cards:
             return
-        room = node_room(info.cards, self.card)
+        room = node_room(info.cards, self.cards)
         self.room[name] = room
         for order, key in self._keys(name, room):
-            order.add(key)
+            insort(order, key)
 
     def in_order(self, policy: str, least_mib: int, least_cores: int) -> Iterator[str]:
         """In the order of the node policy ("spread" or "binpack"), each node once, the nodes
@@ -138,7 +143,9 @@ class ClusterState:
             self._orders[policy] = {}
             for name, room in self.room.items():
                 for order, key in self._keys(name, room, (policy,)):
-                    order.add(key)
+                    order.append(key)
+            for order in self._orders[policy].values():
+                order.sort()
         least = (policy, least_mib.bit_length(), least_cores.bit_length())
         buckets = self._qualifying.get(least)
         if buckets is None:
@@ -289,18 +296,18 @@ def shareable(memory_mib: int, u: CardUsage) -> bool:
     return not u.whole and not (u.memory_mib >= memory_mib and u.cores >= CORES_PER_CARD)
 
 
-def node_room(cards: NodeCards, usage: Callable[[str], CardUsage]) -> NodeRoom:
+def node_room(cards: NodeCards, usage: Mapping[str, CardUsage]) -> NodeRoom:
+    """`usage`: the cards' usage by id (a card nobody holds is not in it)."""
     used, idle, free = 0.0, 0, []
     for c in cards.cards:
-        u = usage(c.id)
+        u = usage.get(c.id, _IDLE)
         used += card_used(c.memory_mib, u)
         if not cards.takes_new(c, u.containers):
             continue  # cordoned or at its limit of containers: no room to offer
-        idle += u.idle
+        idle += not u.holders
         if shareable(c.memory_mib, u):
             free.append((c.memory_mib - u.memory_mib, CORES_PER_CARD - u.cores))
-    return NodeRoom(used / len(cards.cards), tuple(free), idle,
-                    frozenset(c.model.units for c in cards.cards))
+    return NodeRoom(used / len(cards.cards), tuple(free), idle, cards.models)
 
 
 def _log_problem(node: str, old: str | None, new: str | None) -> None:
