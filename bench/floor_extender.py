@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     from webhook.extender import wire
     from webhook.extender.app import JSON
     from webhook.extender.http_server import HttpServer
-    from webhook.hami import Device
+    from webhook.hami import Device, encode
     from webhook.kube.api import Api
     from webhook.kube.informer import Informer
     from webhook.kube.pods import post_binding
@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
         def __init__(self, node: str):
             self.node, self.gpu_index = node, "0"
             self.devices = ((Device(f"{node}-mthreads-0", 16384, 25),),)
+            self.allocated = encode([list(ds) for ds in self.devices])
 
     async def bind(body: bytes):
         b = wire.binding_args(fast_json.loads(body))

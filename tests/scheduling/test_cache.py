@@ -2,14 +2,17 @@
 step by step of its lifecycle (no API, no threads)."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 
 from tests.builders import mt_node, plain, sched_pod, slice_, whole
 from webhook import annotations as keys
 from webhook.config import MthreadsConfig
-from webhook.scheduling.cache import DROPPED, READ, Phase, SchedulerCache
+from webhook.hami import Device
+from webhook.scheduling.cache import DROPPED, READ, Assumed, Phase, SchedulerCache
 from webhook.scheduling.decide import Placement
+from webhook.scheduling.pod_facts import facts_of
 from webhook.scheduling.resources import pod_requests
 from webhook.scheduling.shares import CardShare, PodShare
 
@@ -254,3 +257,45 @@ def test_a_relist_of_bound_pods_keeps_the_reservations():
     reserved(c, p)
     c.apply("pod", "RESET", [])
     assert c.reservations() == [p["metadata"]["uid"]] and used(c) == (8192, 4)
+
+
+def _changed_labels(b: dict) -> None:
+    b["metadata"]["labels"] = {"app": "web"}
+
+
+def _deleting(b: dict) -> None:
+    b["metadata"]["deletionTimestamp"] = "2026-12-06T00:00:00Z"
+
+
+def _other_cores(b: dict) -> None:
+    b["metadata"]["annotations"][keys.ALLOCATED] = f"{CARD},Mthreads,8192,2:;"
+
+
+def _other_node(b: dict) -> None:
+    b["spec"]["nodeName"] = "n1"
+
+
+@pytest.mark.parametrize("change, kept, cores, labels, terminating", [
+    (None, True, 4, {}, False),  # as written: the assumed share itself, nothing read again
+    (_changed_labels, False, 4, {"app": "web"}, False),
+    (_deleting, False, 4, {}, True),
+    (_other_cores, False, 2, {}, False),  # the annotation counts, not what was assumed
+    (_other_node, False, 4, {}, False),  # bound elsewhere: counted there, as the annotation says
+])
+def test_the_watch_of_a_written_reservation_keeps_its_share_only_when_the_pod_shows_it(
+        change, kept, cores, labels, terminating):
+    c = cache()
+    p = sched_pod(slice_(16, 4))
+    uid = p["metadata"]["uid"]
+    share = replace(ours(p), pod=facts_of(p))
+    c.reserve(Placement("n0", ((Device(CARD, 8192, 4),),), "0", share), p, 100.0)
+    assert isinstance(c.take_reservation(uid, lambda a: None), Assumed)
+    c.finish_binding(share)
+    b = bound(p)
+    if change is not None:
+        change(b)
+    c.apply("pod", "MODIFIED", b)
+    now = c.share(uid)
+    assert (now is share) == kept and not c.assumed()
+    assert used(c) == (8192, cores) and now.node == b["spec"]["nodeName"]
+    assert dict(now.pod.labels) == labels and now.pod.terminating == terminating

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import annotations as keys
-from ..hami import encode
 from ..json_types import JsonObject
 from .decide import Placement
 
@@ -11,7 +10,7 @@ from .decide import Placement
 def binding_annotations(p: Placement, now_ns: int) -> dict[str, str]:
     seconds = str(now_ns // 1_000_000_000)
     return {
-        keys.ALLOCATED: encode([list(ds) for ds in p.devices]),
+        keys.ALLOCATED: p.allocated,
         keys.GPU_INDEX: p.gpu_index,
         keys.PREDICATE_NODE: p.node,
         keys.VGPU_NODE: p.node,

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 from ..cards import CORES_PER_CARD, UNIT_MIB
 from ..config import Config
-from ..hami import Device
+from ..hami import Device, encode
 from ..json_types import JsonObject
 from ..pods import Kind, PodRequest
 from . import reasons
@@ -34,6 +35,12 @@ class Placement:
     devices: tuple[tuple[Device, ...], ...]  # per container, init containers first
     gpu_index: str  # the card indexes in the order of the devices, each once
     share: PodShare  # what the pod will hold, to record before the watch confirms it
+
+    @cached_property
+    def allocated(self) -> str:
+        """The allocation annotation's text: the binding writes it, and the watch that shows
+        the pod bound compares it (scheduling/cache.py)."""
+        return encode([list(ds) for ds in self.devices])
 
 
 @dataclass(frozen=True)

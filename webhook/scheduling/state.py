@@ -210,7 +210,7 @@ class ClusterState:
     # shares
     def add(self, share: PodShare) -> None:
         old = self.shares.get(share.uid)
-        if old == share:
+        if old is share or old == share:
             return
         if old is not None and (old.node, old.cards, old.whole_node) == \
                 (share.node, share.cards, share.whole_node):
