@@ -17,7 +17,6 @@ from ..scheduling.feasible import node_checks
 from ..scheduling.inventory import Card
 from ..scheduling.node_fit import node_rules_reason
 from ..scheduling.request import PodAsk
-from ..scheduling.resources import pod_requests
 from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.state import ClusterState
 
@@ -74,7 +73,7 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
         return None, failed
     kind = ask.request.kind if ask.request is not None else Kind.NONE
     node = best_node([state.nodes[n] for n in fitting], state, kind, node_policy).name
-    return placement(pod, ask.request, node, fitting[node], pod_requests(pod), ask.device_requests), failed
+    return placement(pod, ask.request, node, fitting[node], ask.wants, ask.device_requests), failed
 
 
 def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
@@ -119,7 +118,7 @@ def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     reason, cards = cards_on(pod, ask, node, state, config)
     if reason is not None:
         return reason
-    return placement(pod, ask.request, node, cards, pod_requests(pod), ask.device_requests)
+    return placement(pod, ask.request, node, cards, ask.wants, ask.device_requests)
 
 
 def node_refusal(pod: dict, node: str, state: ClusterState) -> str | None:

@@ -23,7 +23,7 @@ from .feasible import NodeChecks, node_checks
 from .inventory import Card
 from .pod_facts import PodFacts, facts_of
 from .request import PodAsk
-from .resources import NO_DEVICES, Devices, Resources, pod_requests
+from .resources import NO_DEVICES, Devices, Resources
 from .score import best_node, policies
 from .shares import PodShare, card_shares
 from .state import ClusterState, NodeInfo
@@ -108,7 +108,7 @@ def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: st
             return None
         wants = checks.wants
     else:
-        checks, wants = None, pod_requests(pod)
+        checks, wants = None, ask.wants
     for name in state.in_order(node_policy, *need.least):
         if not may_fit(need, state.room[name]) or state.node_held_whole(name) \
                 or (consider is not None and not consider(name)):

@@ -1,7 +1,8 @@
 """A pod read once for a decision: what it asks of the Mthreads cards, or why it cannot be placed.
 
 The one place the pod-to-request step is written; the allocator, the extender and the
-benchmarks all call `request_of`.
+benchmarks all call `request_of`. The answers are kept per pod shape (pod_shape.py): a pod's
+request, read once per workload, is what every decision of its replicas reads.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from .. import annotations as keys
 from ..cards import Fleet
-from ..config import Config
+from ..config import Config, MthreadsConfig
 from ..json_types import JsonObject
 from ..pods import (
     InvalidRequest,
@@ -23,7 +24,8 @@ from ..pods import (
 )
 from . import reasons
 from .card_fit import CardNeed, card_ids, need_of
-from .resources import NO_DEVICES, Devices, device_requests
+from .pod_shape import Shape, shape_of
+from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests
 
 
 @dataclass(frozen=True)
@@ -32,22 +34,70 @@ class PodAsk:
     need: CardNeed | None  # None: no card to choose
     invalid: str | None = None  # why the pod breaks an admission rule, the whole message
     device_requests: Devices = NO_DEVICES  # its requests of the three resources, against allocatable
+    wants: Resources = Resources()  # cpu, memory and the rest, as kube-scheduler counts them
+
+
+# The answers kept per pod shape (pod_shape.py), for one config and fleet: replicas ask the same,
+# and reading a pod's request was a fifth of the extender's decision. Bounded: past the limit a
+# table starts over.
+SHAPES_KEPT = 4096
+CONFIGS_KEPT = 16
+
+
+class _Kept:
+    """The answers of one (MthreadsConfig, Fleet); it holds both, so their ids stay theirs."""
+
+    __slots__ = ("mt", "fleet", "asks")
+
+    def __init__(self, mt: MthreadsConfig, fleet: Fleet):
+        self.mt, self.fleet = mt, fleet
+        self.asks: dict[Shape, PodAsk] = {}
+
+
+_KEPT: dict[tuple[int, int], _Kept] = {}
 
 
 def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> PodAsk:
+    """What the pod asks. `fleet`: the card models of config.mthreads (made from it if None)."""
     mt = config.mthreads
+    kept = _kept(mt, fleet)
+    shape = shape_of(pod)
+    if shape is not None:
+        ask = kept.asks.get(shape)
+        if ask is not None:
+            return ask
+    ask = _read(pod, mt, kept.fleet)
+    if shape is not None:
+        if len(kept.asks) >= SHAPES_KEPT:
+            kept.asks.clear()
+        kept.asks[shape] = ask
+    return ask
+
+
+def _kept(mt: MthreadsConfig, fleet: Fleet | None) -> _Kept:
+    key = (id(mt), id(fleet))  # by identity: a config is one object for a process's life
+    kept = _KEPT.get(key)
+    if kept is None:
+        if len(_KEPT) >= CONFIGS_KEPT:
+            _KEPT.clear()
+        kept = _KEPT[key] = _Kept(mt, fleet or Fleet.of(mt.memory_per_card))
+    return kept
+
+
+def _read(pod: JsonObject, mt: MthreadsConfig, fleet: Fleet) -> PodAsk:
     names = resource_names(mt)
     items = containers(pod)  # walked once for both reads
+    wants = pod_requests(pod)
     if not mt.enabled or not is_mthreads_pod(pod, names, items):
-        return PodAsk(None, None)
+        return PodAsk(None, None, wants=wants)
     try:
-        request = read_request(pod, mt, fleet or Fleet.of(mt.memory_per_card), items)
+        request = read_request(pod, mt, fleet, items)
     except InvalidRequest as e:
         return PodAsk(None, None, f"{reasons.INVALID_REQUEST}: the pod breaks admission rule "
-                                  f"{e.rule}: {e.message}")
+                                  f"{e.rule}: {e.message}", wants=wants)
     if request.kind is Kind.NONE:
-        return PodAsk(request, None)
+        return PodAsk(request, None, wants=wants)
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     return PodAsk(request, need_of(request, card_ids(ann.get(keys.USE_CARDS)),
                                    card_ids(ann.get(keys.NOUSE_CARDS))),
-                  device_requests=device_requests(pod, names))
+                  device_requests=device_requests(pod, names), wants=wants)
