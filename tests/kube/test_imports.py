@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.process  # a child Python each
+
 
 @pytest.mark.parametrize("module", ["webhook.extender.main", "webhook.allocator.main",
                                     "webhook.cli.main", "webhook.cli.cluster_probe"])

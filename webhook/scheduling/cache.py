@@ -386,8 +386,8 @@ def _as_written(ours: Assumed | None, pod: JsonObject) -> PodShare | None:
     """The share assumed for a reservation, when the bound pod shows what its binding wrote:
     the node, the allocation annotation, the labels and no deletion (a pod's containers, ports,
     affinity and volumes do not change). None: the pod is read (share_of). The watch shows each
-    bound pod of the extender's once, and reading it again was a sixth of the extender's work
-    per pod."""
+    pod the extender binds once more, bound; reading it again cost some 8 µs of the 200 the
+    extender spent a pod (in-process replay)."""
     if ours is None or ours.placement is None or ours.share.pod is None:
         return None
     share, facts, meta = ours.share, ours.share.pod, pod["metadata"]
