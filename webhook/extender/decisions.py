@@ -87,7 +87,7 @@ def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     node_policy, gpu_policy = policies(pod, config)
     given = set(names)
     found = first_fit(pod, ask, state, node_policy, gpu_policy, lambda name: name not in given,
-                      checks=node_checks(pod, state, binder=True))
+                      checks=node_checks(pod, state, binder=True, wants=ask.wants))
     return found.node if found is not None else None
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..json_types import all_text
+
 # Kubernetes' own rules for the names a body gives (they go into API paths): a namespace is a
 # DNS-1123 label, a pod or node name a DNS-1123 subdomain.
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -56,16 +58,6 @@ def pod_name(pod: dict) -> tuple[str, str, str] | str:
     return namespace, name, uid
 
 
-def _all_text(values: list) -> bool:
-    """Whether every value is a str: joining them is one pass in C that refuses anything else
-    (a set of their types cost as much as the rest of reading the call)."""
-    try:
-        "".join(values)
-    except TypeError:
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class ExtenderArgs:
     pod: dict
@@ -86,7 +78,7 @@ def extender_args(body) -> ExtenderArgs:
         nodes = [n for n in node_list["items"] if isinstance(n, dict)]
     if names is None and nodes is not None:
         names = [(n.get("metadata") or {}).get("name", "") for n in nodes]
-    if not isinstance(names, list) or not _all_text(names):
+    if not isinstance(names, list) or not all_text(names):
         raise WireError("NodeNames is missing or not a list of names")
     return ExtenderArgs(pod, names, nodes)
 

@@ -53,7 +53,7 @@ def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> 
     """The node and cards for the pod (`ask`: what it asks, read once by request.request_of),
     or why none fits. A pod that breaks an admission rule is the caller's (`ask.invalid`)."""
     node_policy, gpu_policy = policies(pod, config)
-    checks = node_checks(pod, state)
+    checks = node_checks(pod, state, wants=ask.wants)
     wants = checks.wants
     request, need = ask.request, ask.need
     kind = request.kind if request is not None else Kind.NONE
@@ -103,7 +103,7 @@ def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: st
     need, devices = ask.need, ask.device_requests
     assert need is not None
     if node_rules:
-        checks = checks or node_checks(pod, state)
+        checks = checks or node_checks(pod, state, wants=ask.wants)
         if checks.refusal is not None:
             return None
         wants = checks.wants

@@ -72,7 +72,7 @@ def explain(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config,
     if ask.invalid:
         return Explanation(priority, invalid=ask.invalid)
     result = place(pod, ask, state, config)
-    checks = node_checks(pod, state)
+    checks = node_checks(pod, state, wants=ask.wants)
     _, gpu_policy = policies(pod, config)
     nodes = tuple(_node_why(checks, ask, info, state, gpu_policy)
                   for _, info in sorted(state.nodes.items()))

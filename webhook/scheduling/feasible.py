@@ -65,11 +65,12 @@ class NodeChecks:
         return None
 
 
-def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False) -> NodeChecks:
+def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
+                wants: Resources | None = None) -> NodeChecks:
     """`binder`: kube-scheduler's volume binder places the pod's WaitForFirstConsumer claims
-    (volumes.pod_volumes)."""
+    (volumes.pod_volumes). `wants`: the pod's requests when the caller has them (PodAsk.wants)."""
     spec, facts = pod.get("spec") or {}, facts_of(pod)
-    wants = pod_requests(pod)
+    wants = wants if wants is not None else pod_requests(pod)
     volumes = pod_volumes(pod, state.storage, binder)
     if isinstance(volumes, str):
         return NodeChecks(spec, wants, facts, refusal=volumes)

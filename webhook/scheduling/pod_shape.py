@@ -14,7 +14,7 @@ from __future__ import annotations
 from itertools import chain
 
 from .. import annotations as keys
-from ..json_types import JsonObject
+from ..json_types import JsonObject, all_text
 
 Shape = tuple[object, ...]
 
@@ -55,8 +55,4 @@ def shape_of(pod: JsonObject) -> Shape | None:
             texts += shown[0] + shown[1] + (() if name is _ABSENT else (name,))
             group.append((name, *shown))
         parts.append(tuple(group))
-    try:
-        "".join(texts)  # type: ignore[arg-type]  # one pass in C: TypeError unless all strings
-    except TypeError:
-        return None
-    return tuple(parts)
+    return tuple(parts) if all_text(texts) else None
