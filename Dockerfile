@@ -13,6 +13,13 @@ COPY . /src
 # alone goes to the image: no source tree, no pip, no build tools. The optional secret
 # `ca-bundle` is the CA bundle pip trusts (a build behind a TLS-inspecting proxy); it is
 # mounted for this step only and never lands in a layer.
+# A C compiler and Python's headers: the wheel's build compiles the scheduling core with mypyc
+# (setup.py); they stay in this stage.
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      binutils gcc libc6-dev >/dev/null \
+ && if ! python3 -c 'import os, sysconfig, sys; \
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; fi
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
  && python3 -m venv /opt/build \
@@ -29,8 +36,7 @@ RUN --mount=type=secret,id=ca-bundle \
 #   malformed type names): a third of the size of source plus bytecode;
 # - elsewhere, bytecode only for the modules the commands import (found by importing every
 #   module of the package), sources for all: a quick start on a read-only root file system.
-RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binutils >/dev/null \
- && cd /opt/mthreads-webhook/lib/python3*/site-packages \
+RUN cd /opt/mthreads-webhook/lib/python3*/site-packages \
  && rm -rf kubernetes/aio \
  && find . -name '*.so' -exec strip --strip-unneeded {} + \
  && find . \( -name '*_test.py' -o -name 'test_*.py' -o -name tests -type d \) -prune -exec rm -rf {} + \

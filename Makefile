@@ -9,7 +9,11 @@ CONFIG ?=
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The modules setup.py compiles with mypyc are built next to their sources (an editable
+# install): a change to one of them builds them again.
+COMPILED_SOURCES := $(shell $(PYTHON) -c 'import runpy; print(*runpy.run_path("setup.py", run_name="list")["COMPILED"])')
+
+$(VENV)/.installed: pyproject.toml setup.py $(COMPILED_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
@@ -56,7 +60,8 @@ image:
 	hack/image.sh >/dev/null
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis *.so
+	find webhook -name '*.so' -delete
 	find certs -mindepth 1 ! -name .gitkeep -delete
 
 # Try it on a local API server: fake nodes, the webhook and the allocator, the examples placed, the cards shown.

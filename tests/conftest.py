@@ -1,5 +1,8 @@
 import subprocess
 
+import pytest
+
+from tests.harness.compiled import stale
 from tests.harness.process import LoggedProcess
 from tests.harness.webhook import WebhookProcess, make_certs
 
@@ -15,3 +18,10 @@ def pytest_collection_modifyitems(config, items):
         module = getattr(item, "module", None)
         if module is not None and any(v is s for v in vars(module).values() for s in _STARTERS):
             item.add_marker("process")
+
+
+def pytest_sessionstart(session):
+    found = stale()
+    if found:  # every test would run the code as it was built, not as it is
+        pytest.exit("compiled modules older than their sources, run `make install`: "
+                    + "; ".join(found), returncode=4)

@@ -7,6 +7,7 @@ request); the allocator writes it with the chosen cards (the allocation).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -39,7 +40,7 @@ def request_devices(request: PodRequest) -> list[list[Device]]:
     return out
 
 
-def encode(containers: list[list[Device]]) -> str:
+def encode(containers: Sequence[Sequence[Device]]) -> str:
     return "".join(
         "".join(f"{d.card},{VENDOR},{d.memory_mib},{d.cores}:" for d in devices) + ";"
         for devices in containers

@@ -10,6 +10,7 @@ answers "can this node's cards serve the pod, and which cards".
 from __future__ import annotations
 
 from ..config import Config
+from ..json_types import JsonObject
 from ..pods import Kind
 from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, first_fit, placement
@@ -24,7 +25,7 @@ MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority (extender/v1)
 NOT_IN_CACHE = "node is not in the extender's cache yet"
 
 
-def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,
+def cards_on(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState,
              config: Config) -> tuple[str | None, tuple[Card, ...]]:
     """(None, the cards the card policy picks on `node`) or (the node's one reason, ())."""
     if ask.invalid:
@@ -39,7 +40,7 @@ def cards_on(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     return for_node(reason, info), cards
 
 
-def fitting_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+def fitting_nodes(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
                   config: Config) -> tuple[dict[str, tuple[Card, ...]], dict[str, str]]:
     """({node: the cards the card policy picks} where the cards fit, {node: reason} for the
     others), in the order given."""
@@ -54,7 +55,7 @@ def fitting_nodes(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     return fits, failed
 
 
-def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+def pick(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
          config: Config) -> tuple[Placement | None, dict[str, str]]:
     """The filter's choice among the nodes kube-scheduler passed: the node the node policy
     picks among those whose cards fit, with the cards the card policy picks there, and no
@@ -76,7 +77,7 @@ def pick(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     return placement(pod, ask.request, node, fitting[node], ask.wants, ask.device_requests), failed
 
 
-def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+def room_outside(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
                  config: Config) -> str | None:
     """A node that kube-scheduler did not pass whose cards fit the pod and that passes the
     allocator's node checks (kube-scheduler's filters, scheduling/feasible.py): the node
@@ -91,7 +92,7 @@ def room_outside(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     return found.node if found is not None else None
 
 
-def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
+def scores(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
            config: Config) -> list[tuple[str, int]]:
     """0..MAX_PRIORITY per node from the node policy: binpack favours the busiest node."""
     node_policy, _ = policies(pod, config)
@@ -108,7 +109,7 @@ def scores(pod: dict, ask: PodAsk, names: list[str], state: ClusterState,
     return out
 
 
-def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
+def choose(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState,
            config: Config) -> Placement | str:
     """The placement on the node a bind names, or the reason the node or its cards do not
     take the pod now."""
@@ -121,7 +122,7 @@ def choose(pod: dict, ask: PodAsk, node: str, state: ClusterState,
     return placement(pod, ask.request, node, cards, ask.wants, ask.device_requests)
 
 
-def node_refusal(pod: dict, node: str, state: ClusterState) -> str | None:
+def node_refusal(pod: JsonObject, node: str, state: ClusterState) -> str | None:
     """Why the node's own rules (Ready, schedulable, taints, selector, node affinity) refuse
     the pod, or None. A bind names its node: this is checked again there, whoever sent it,
     since a binding skips every check of kube-scheduler's."""

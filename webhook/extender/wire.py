@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from ..json_types import all_text
+from ..json_types import JsonObject, all_text
 
 # Kubernetes' own rules for the names a body gives (they go into API paths): a namespace is a
 # DNS-1123 label, a pod or node name a DNS-1123 subdomain.
@@ -25,7 +26,7 @@ class WireError(ValueError):
     """The body is not an extender message."""
 
 
-def _field(body: dict, name: str):
+def _field(body: JsonObject, name: str) -> Any:
     if name in body:
         return body[name]
     low = name.lower()
@@ -35,7 +36,7 @@ def _field(body: dict, name: str):
     return None
 
 
-def _names_error(namespace, name, node=None) -> str | None:
+def _names_error(namespace: object, name: object, node: str | None = None) -> str | None:
     """Why these are not a namespace, a pod name (and a node name), or None."""
     if not (isinstance(namespace, str) and len(namespace) <= 63 and NAMESPACE.fullmatch(namespace)):
         return f"the namespace {namespace!r} is not a namespace's name"
@@ -46,7 +47,7 @@ def _names_error(namespace, name, node=None) -> str | None:
     return None
 
 
-def pod_name(pod: dict) -> tuple[str, str, str] | str:
+def pod_name(pod: JsonObject) -> tuple[str, str, str] | str:
     """(namespace, name, uid) of a body's pod: all a verb takes from it; or why they are not."""
     meta = pod["metadata"]
     namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
@@ -60,12 +61,12 @@ def pod_name(pod: dict) -> tuple[str, str, str] | str:
 
 @dataclass(frozen=True)
 class ExtenderArgs:
-    pod: dict
+    pod: JsonObject
     node_names: list[str]
-    nodes: list[dict] | None  # only when the extender is not node-cache capable
+    nodes: list[JsonObject] | None  # only when the extender is not node-cache capable
 
 
-def extender_args(body) -> ExtenderArgs:
+def extender_args(body: Any) -> ExtenderArgs:
     if not isinstance(body, dict):
         raise WireError("the body is not a JSON object")
     pod = _field(body, "Pod")
@@ -91,7 +92,7 @@ class BindingArgs:
     node: str
 
 
-def binding_args(body) -> BindingArgs:
+def binding_args(body: Any) -> BindingArgs:
     if not isinstance(body, dict):
         raise WireError("the body is not a JSON object")
     values = [_field(body, k) for k in ("PodName", "PodNamespace", "PodUID", "Node")]
@@ -105,11 +106,11 @@ def binding_args(body) -> BindingArgs:
 
 @dataclass(frozen=True)
 class PreemptionArgs:
-    pod: dict
+    pod: JsonObject
     victims: dict[str, tuple[list[str], int]]  # node -> (victim uids, PDB violations)
 
 
-def preemption_args(body) -> PreemptionArgs:
+def preemption_args(body: Any) -> PreemptionArgs:
     """`ExtenderPreemptionArgs`: `NodeNameToMetaVictims` (uids, sent to a node-cache capable
     extender) or `NodeNameToVictims` (whole pods)."""
     if not isinstance(body, dict):
@@ -130,8 +131,9 @@ def preemption_args(body) -> PreemptionArgs:
         pods = _field(v, "Pods") or []
         if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
             raise WireError(f"the victims of node {node}: Pods is not a list of objects")
-        uids = [_field(p, "UID") if meta is not None else (p.get("metadata") or {}).get("uid")
-                for p in pods]
+        uids: list[Any] = [_field(p, "UID") if meta is not None
+                           else (p.get("metadata") or {}).get("uid")
+                           for p in pods]
         if not all(isinstance(u, str) and u for u in uids):
             raise WireError(f"the victims of node {node}: a pod without a UID")
         pdb = _field(v, "NumPDBViolations") or 0
@@ -139,15 +141,15 @@ def preemption_args(body) -> PreemptionArgs:
     return PreemptionArgs(pod, victims)
 
 
-def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict:
+def preemption_result(victims: dict[str, tuple[list[str], int]]) -> JsonObject:
     return {"NodeNameToMetaVictims": {
         node: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb}
         for node, (uids, pdb) in victims.items()}}
 
 
 def filter_result(args: ExtenderArgs, fits: list[str], failed: dict[str, str],
-                  error: str = "") -> dict:
-    out: dict = {"NodeNames": fits, "FailedNodes": failed, "Error": error}
+                  error: str = "") -> JsonObject:
+    out: JsonObject = {"NodeNames": fits, "FailedNodes": failed, "Error": error}
     if args.nodes is not None:  # answer in the form we were asked in
         keep = set(fits)
         out["Nodes"] = {"items": [n for n in args.nodes
@@ -156,13 +158,13 @@ def filter_result(args: ExtenderArgs, fits: list[str], failed: dict[str, str],
     return out
 
 
-def filter_error(message: str) -> dict:
+def filter_error(message: str) -> JsonObject:
     return {"NodeNames": None, "FailedNodes": {}, "Error": message}
 
 
-def priority_list(scores: list[tuple[str, int]]) -> list[dict]:
+def priority_list(scores: list[tuple[str, int]]) -> list[JsonObject]:
     return [{"Host": host, "Score": score} for host, score in scores]
 
 
-def binding_result(error: str = "") -> dict:
+def binding_result(error: str = "") -> JsonObject:
     return {"Error": error}

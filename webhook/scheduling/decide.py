@@ -40,7 +40,7 @@ class Placement:
     def allocated(self) -> str:
         """The allocation annotation's text: the binding writes it, and the watch that shows
         the pod bound compares it (scheduling/cache.py)."""
-        return encode([list(ds) for ds in self.devices])
+        return encode(self.devices)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ from ..json_types import JsonObject, all_text
 Shape = tuple[object, ...]
 
 CARD_KEYS = (keys.CARD_MODEL, keys.USE_CARDS, keys.NOUSE_CARDS)  # the annotations request_of reads
-_ABSENT = ("absent",)  # an annotation or a name not given (a tuple: no value equals it)
+# an annotation or a name not given: no value equals it (an object, not a tuple: compiled
+# code (setup.py) passes tuples by value, so a tuple would not stay the one `is` looks for)
+_ABSENT = object()
 
 
 def shape_of(pod: JsonObject) -> Shape | None:

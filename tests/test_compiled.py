@@ -1,0 +1,47 @@
+"""The modules setup.py compiles with mypyc run compiled, and none is older than its source
+(tests/harness/compiled.py: tests/conftest.py stops a session at once on such a module)."""
+
+import importlib
+import importlib.machinery
+import os
+
+import pytest
+
+from tests.harness.compiled import compiled_sources, module_name, stale
+
+PURE = bool(os.environ.get("MTHREADS_PURE_PYTHON"))  # built without mypyc on purpose
+
+
+def test_the_hot_path_is_compiled():
+    sources = compiled_sources()
+    assert "webhook/scheduling/state.py" in sources and "webhook/hami.py" in sources
+    assert "webhook/scheduling/__init__.py" not in sources
+    for source in sources:
+        module = importlib.import_module(module_name(source))
+        compiled = module.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+        assert compiled != PURE, (
+            f"{module.__name__} is {'compiled' if compiled else 'not compiled'} ({module.__file__}): "
+            + ("MTHREADS_PURE_PYTHON is set" if PURE else "run `make install`"))
+
+
+def test_no_compiled_module_is_older_than_its_source():
+    assert stale() == []
+
+
+@pytest.mark.parametrize("source_after_build, expected", [(False, 0), (True, 1)])
+def test_stale_finds_a_source_edited_after_the_build(tmp_path, source_after_build, expected):
+    source = "webhook/hami.py"
+    path = tmp_path / source
+    path.parent.mkdir(parents=True)
+    path.write_text("")
+    built = path.with_name("hami" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    built.write_bytes(b"")
+    stamp = path.stat().st_mtime
+    os.utime(built, (stamp, stamp + (-10 if source_after_build else 10)))
+    for other in compiled_sources():  # the rest: sources only, nothing built
+        (tmp_path / other).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / other).touch()
+    found = stale(tmp_path)
+    assert len(found) == expected
+    if expected:
+        assert found[0].startswith("webhook/hami.py (changed after hami")
