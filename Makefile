@@ -15,6 +15,8 @@ COMPILED_SOURCES := $(shell $(PYTHON) -c 'import runpy; print(*runpy.run_path("s
 
 $(VENV)/.installed: pyproject.toml setup.py $(COMPILED_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	hack/compiler.sh $(BIN)/python
+	rm -f webhook_core__mypyc*.so && find webhook -name '*.so' -delete  # none left from before
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
@@ -60,7 +62,7 @@ image:
 	hack/image.sh >/dev/null
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis *.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis webhook_core__mypyc*.so
 	find webhook -name '*.so' -delete
 	find certs -mindepth 1 ! -name .gitkeep -delete
 

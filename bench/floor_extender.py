@@ -58,12 +58,15 @@ def main(argv: list[str]) -> int:
     from webhook.extender import wire
     from webhook.extender.app import JSON
     from webhook.extender.http_server import HttpServer
-    from webhook.hami import Device, encode
+    from webhook.hami import Device
     from webhook.kube.api import Api
     from webhook.kube.informer import Informer
     from webhook.kube.pods import post_binding
     from webhook.scheduling.binding import binding_body
+    from webhook.scheduling.decide import Placement
     from webhook.scheduling.pod_status import BOUND_LIVE_PODS, waiting_for
+    from webhook.scheduling.resources import Resources
+    from webhook.scheduling.shares import PodShare
 
     from .workload import SCHEDULER
 
@@ -73,16 +76,15 @@ def main(argv: list[str]) -> int:
         ("/api/v1/pods", waiting_for(SCHEDULER))]
     listed: set[int] = set()
 
-    class Card:  # what binding_body reads of a Placement: card 0 of the node
-        def __init__(self, node: str):
-            self.node, self.gpu_index = node, "0"
-            self.devices = ((Device(f"{node}-mthreads-0", 16384, 25),),)
-            self.allocated = encode([list(ds) for ds in self.devices])
+    def card_zero(uid: str, node: str) -> Placement:  # a slice of card 0 of the node
+        return Placement(node, ((Device(f"{node}-mthreads-0", 16384, 25),),), "0",
+                         PodShare(uid, node, Resources()))
 
     async def bind(body: bytes):
         b = wire.binding_args(fast_json.loads(body))
         status, message = await post_binding(api, binding_body(
-            b.namespace, b.name, b.uid, Card(b.node), time.time_ns(), with_annotations=True))
+            b.namespace, b.name, b.uid, card_zero(b.uid, b.node), time.time_ns(),
+            with_annotations=True))
         ok = status is not None and 200 <= status < 300
         return 200, JSON, fast_json.dumps(wire.binding_result("" if ok else f"{status}: {message}"))
 

@@ -77,7 +77,7 @@ context_hash() {  # context_hash BASE-ID : what the build reads, the files .dock
   {
     echo "$1"
     cd "$REPO_ROOT"
-    find Dockerfile .dockerignore "${include[@]}" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+    find Dockerfile .dockerignore "${include[@]}" -type f ! -name '*.pyc' ! -name '*.so' ! -path '*/__pycache__/*' \
       -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16
 }
