@@ -17,6 +17,7 @@ import yaml
 from cryptography import x509
 
 from tests.builders import container, pod, review
+from tests.harness.compiled import compiled_sources, module_name
 from tests.harness.kube import ADMIN, REPO_ROOT, free_ports, make_fake_node
 from tests.harness.wait import wait_for
 from tests.harness.webhook import make_certs
@@ -56,6 +57,16 @@ def test_image_runs_its_command_as_a_numeric_user_with_nothing_to_build_with(ima
              " webhook.__file__.startswith('/opt/mthreads-webhook/'))")
     out = podman("run", "--rm", "--read-only", "--entrypoint", "python3", image, "-c", probe).stdout
     assert out.strip() == "True [] [] False True"
+
+
+def test_the_image_runs_the_scheduling_core_compiled(image):
+    names = [module_name(source) for source in compiled_sources()]
+    probe = ("import importlib, importlib.machinery as m, sys;"
+             "print([n for n in sys.argv[1:] if not importlib.import_module(n).__file__"
+             ".endswith(tuple(m.EXTENSION_SUFFIXES))])")
+    out = podman("run", "--rm", "--read-only", "--entrypoint", "python3", image, "-c", probe,
+                 *names).stdout
+    assert out.strip() == "[]", f"not compiled in the image: {out.strip()}"
 
 
 def test_the_chart_deploys_the_name_make_image_tags(image, manifests):
