@@ -8,18 +8,18 @@ FROM ${BASE} AS build
 ARG ASYNC_ONLY="aiohttp aiohttp-retry aiohappyeyeballs aiosignal frozenlist multidict yarl propcache"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY . /src
-# The project as a wheel, installed with its dependencies into a venv of its own; the venv
-# alone goes to the image: no source tree, no pip, no build tools. The optional secret
-# `ca-bundle` is the CA bundle pip trusts (a build behind a TLS-inspecting proxy); it is
-# mounted for this step only and never lands in a layer.
-# A C compiler and Python's headers: the wheel's build compiles the scheduling core with mypyc
-# (setup.py); they stay in this stage.
+# A C compiler and Python's headers, for the wheel's build (mypyc compiles the scheduling core:
+# setup.py), and binutils, whose strip trims the venv below; they stay in this stage.
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       binutils gcc libc6-dev >/dev/null \
  && if ! python3 -c 'import os, sysconfig, sys; \
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; fi
+COPY . /src
+# The project as a wheel, installed with its dependencies into a venv of its own; the venv
+# alone goes to the image: no source tree, no pip, no build tools. The optional secret
+# `ca-bundle` is the CA bundle pip trusts (a build behind a TLS-inspecting proxy); it is
+# mounted for this step only and never lands in a layer.
 RUN --mount=type=secret,id=ca-bundle \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
  && python3 -m venv /opt/build \
