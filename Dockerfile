@@ -8,13 +8,13 @@ FROM ${BASE} AS build
 ARG ASYNC_ONLY="aiohttp aiohttp-retry aiohappyeyeballs aiosignal frozenlist multidict yarl propcache"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-# A C compiler and Python's headers, for the wheel's build (mypyc compiles the scheduling core:
-# setup.py), and binutils, whose strip trims the venv below; they stay in this stage.
+# binutils, whose strip trims the venv below, and what the wheel's build compiles the scheduling
+# core with (mypyc: setup.py), a C compiler and Python's headers, as `make install` brings them
+# (hack/compiler.sh); they stay in this stage.
+COPY hack/lib.sh hack/compiler.sh /tmp/hack/
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      binutils gcc libc6-dev >/dev/null \
- && if ! python3 -c 'import os, sysconfig, sys; \
-sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then \
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; fi
+      binutils >/dev/null \
+ && /tmp/hack/compiler.sh python3
 COPY . /src
 # The project as a wheel, installed with its dependencies into a venv of its own; the venv
 # alone goes to the image: no source tree, no pip, no build tools. The optional secret

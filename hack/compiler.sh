@@ -2,7 +2,8 @@
 # Ensure what `pip install` needs to compile the scheduling core with mypyc (setup.py): a C
 # compiler and the headers of the Python that builds the venv (Debian's python3-dev for
 # Debian's own python3; a Python built from source has its headers already).
-# Usage: hack/compiler.sh PYTHON. Nothing to do when MTHREADS_PURE_PYTHON is set.
+# Usage: hack/compiler.sh PYTHON (make install, and the Dockerfile's build stage). Nothing to
+# do when MTHREADS_PURE_PYTHON is set.
 set -euo pipefail
 
 PYTHON=${1:-python3}
