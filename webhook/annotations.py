@@ -12,6 +12,9 @@ NODE_POLICY = "hami.io/node-scheduler-policy"
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
 MIRROR = "kubernetes.io/config.mirror"
 
+# The pod annotations a scheduling decision reads: a change of one may make a pending pod fit.
+DECIDING = frozenset({CARD_MODEL, USE_CARDS, NOUSE_CARDS, NODE_POLICY, GPU_POLICY})
+
 # Set by operators on a node (docs/allocator.md, "Cordon a card" and "Instances per card").
 CORDON = "hami.io/device-cordon"  # HAMi's: comma-separated card ids that take nothing new
 MAX_INSTANCES = "mthreads.com/max-instances-per-card"  # the node's own maxInstancesPerCard

@@ -75,19 +75,37 @@ def test_each_failed_try_doubles_the_backoff():
     assert (after_write.failures, after_write.backoff) == (1, 1.0)
 
 
-@pytest.mark.parametrize("change, concerns", [
+def _set_annotation(key, value):
+    return lambda p: p["metadata"]["annotations"].update({key: value})
+
+
+# (the update, whether it may make the pending pod fit)
+UPDATES = [
     (lambda p: p["status"].update(conditions=[{"type": "PodScheduled", "status": "False"}]), False),
     (lambda p: p["metadata"].update(resourceVersion="99", managedFields=[{"manager": "x"}]), False),
-    (lambda p: p["metadata"]["annotations"].update({"hami.io/node-scheduler-policy": "spread"}),
-     True),
+    (_set_annotation("example.com/touched", "yes"), False),
+    (_set_annotation("hami.io/mthreads-vgpu-devices-to-allocate", "x"), False),
+    (lambda p: p["spec"]["containers"][0].update(image="busybox:2"), False),
+    (lambda p: p["spec"].update(activeDeadlineSeconds=30), False),
+    (_set_annotation("hami.io/node-scheduler-policy", "spread"), True),
+    (_set_annotation("hami.io/gpu-scheduler-policy", "binpack"), True),
+    (_set_annotation("mthreads.ai/use-gpuuuid", "n0-mthreads-0"), True),
+    (_set_annotation("mthreads.ai/nouse-gpuuuid", "n0-mthreads-0"), True),
+    (_set_annotation("mthreads.com/card-model", "MTT-S4000"), True),
+    (lambda p: p["metadata"].setdefault("labels", {}).update(app="web"), True),
     (lambda p: p["spec"].update(tolerations=[{"operator": "Exists"}]), True),
-])
-def test_only_a_change_of_spec_or_annotations_concerns_the_pod(change, concerns):
+    (lambda p: p["spec"].update(schedulingGates=[]), True),
+    (lambda p: p["spec"]["containers"][0]["resources"].update(requests={"cpu": "1"}), True),
+]
+
+
+@pytest.mark.parametrize("change, may_fit", UPDATES)
+def test_only_an_update_of_what_a_decision_reads_may_make_the_pod_fit(change, may_fit):
     old = sched_pod(whole(1))
     old.setdefault("status", {})
     new = copy.deepcopy(old)
     change(new)
-    assert queue.concerns(old, new) is concerns
+    assert queue.may_fit_now(old, new) is may_fit
 
 
 def test_only_our_schedulers_live_pods_wait():
@@ -102,12 +120,11 @@ def test_only_our_schedulers_live_pods_wait():
     assert len(q) == 0  # now leaving: out
 
 
-@pytest.mark.parametrize("change, starts_over", [
-    (lambda p: p["status"].update(phase="Pending", conditions=[{"type": "PodScheduled"}]), False),
-    (lambda p: p["metadata"]["annotations"].update({"mthreads.ai/use-gpuuuid": "n0-mthreads-0"}),
-     True),
-])
-def test_an_update_that_concerns_the_pod_starts_its_backoff_over(change, starts_over):
+@pytest.mark.parametrize("change, may_fit", UPDATES)
+def test_an_update_never_shortens_the_backoff(change, may_fit):
+    """kube-scheduler keeps an updated pod's attempts and its backoff: whoever patches a pod
+    every 100 ms gets no decision per patch. An update that may make it fit has it tried when
+    the backoff ends, though the cluster did not change meanwhile."""
     now = [100.0]
     q = PendingQueue(None, clock=lambda: now[0])
     p = sched_pod(whole(1))
@@ -115,12 +132,41 @@ def test_an_update_that_concerns_the_pod_starts_its_backoff_over(change, starts_
     uid = p["metadata"]["uid"]
     for _ in range(3):
         q.unschedulable(uid, generation=1)
-    assert list(q.due(2)) == []  # backing off, whatever changed
+    backoff = q.last_try(uid).backoff
+    assert (q.last_try(uid).failures, backoff) == (3, 4.0)
     updated = copy.deepcopy(p)
     change(updated)
-    q.upsert(updated)
-    assert (q.last_try(uid) is None) is starts_over
-    assert [x["metadata"]["uid"] for x in q.due(2)] == ([uid] if starts_over else [])
+    for _ in range(40):  # an update every 100 ms while it backs off
+        q.upsert(copy.deepcopy(updated))
+        assert list(q.due(1)) == [] and list(q.due(2)) == []
+        now[0] += backoff / 50
+    assert q.get(uid) == updated  # the pod kept is the newest
+    now[0] = 100.0 + backoff
+    assert [x["metadata"]["uid"] for x in q.due(1)] == ([uid] if may_fit else [])
+    assert [x["metadata"]["uid"] for x in q.due(2)] == [uid]  # the cluster changed: due
+    q.unschedulable(uid, generation=2)
+    assert (q.last_try(uid).failures, q.last_try(uid).backoff, q.last_try(uid).pod_changed) == \
+        (4, 8.0, False)
+
+
+def test_a_relist_keeps_the_backoff_of_the_pods_still_listed():
+    now = [100.0]
+    q = PendingQueue(None, clock=lambda: now[0])
+    kept, gone = sched_pod(whole(1), name="kept"), sched_pod(whole(1), name="gone")
+    for p in (kept, gone):
+        q.upsert(p)
+        q.unschedulable(p["metadata"]["uid"], generation=1)
+        q.unschedulable(p["metadata"]["uid"], generation=1)
+    labelled = copy.deepcopy(kept)
+    labelled["metadata"]["labels"] = {"app": "web"}
+    q.relist([labelled])
+    assert [p["metadata"]["name"] for p in q.pods()] == ["kept"]
+    assert q.last_try(gone["metadata"]["uid"]) is None
+    last = q.last_try(kept["metadata"]["uid"])
+    assert (last.failures, last.backoff, last.pod_changed) == (2, 2.0, True)
+    assert list(q.due(1)) == []
+    now[0] += 2.0
+    assert [p["metadata"]["name"] for p in q.due(1)] == ["kept"]
 
 
 def test_a_refused_write_waits_a_flat_pause():

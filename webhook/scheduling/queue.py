@@ -5,9 +5,15 @@ Order: higher `spec.priority` first, then the older pod (name breaks ties). A po
 fit waits `backoff_seconds` before it is decided again, 1 s doubling to 10 s, whatever changes
 meanwhile; after that it is tried again when the cluster has changed (the state's generation)
 or at the latest every `RETRY_BACKSTOP`. So a pod that is costly to decide and never fits takes
-the decision thread for one decision every 10 s at most, not one per cluster change. An update
-that concerns the pod (its spec or annotations) starts its backoff over. A pod whose binding
-could not be written is tried again after `ERROR_RETRY`.
+the decision thread for one decision every 10 s at most, not one per cluster change.
+
+An update of the pod never shortens its backoff, as in kube-scheduler (an updated pod that is
+backing off goes back to its backoff queue, its attempts kept): else whoever may patch the pod
+gets a decision per patch. An update that may make it fit (`may_fit_now`: its scheduling
+fields, its labels, the annotations a decision reads) counts as a change of the cluster: the
+pod is tried when its backoff ends. Any other update (status, other annotations, an image) only
+replaces the pod kept. A pod whose binding could not be written is tried again after
+`ERROR_RETRY`.
 
 Plain data, no lock: the allocator's decision thread owns it.
 """
@@ -15,9 +21,10 @@ Plain data, no lock: the allocator's decision thread owns it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
+from .. import annotations as keys
 from ..json_types import JsonObject
 from .pod_status import name_of, scheduling_gates, uid_of
 from .priority import pod_priority
@@ -49,13 +56,14 @@ class LastTry:
     at: float  # monotonic
     failures: int = 0  # tries in a row that placed nothing (0 after a failed write)
     backoff: float = 0.0  # seconds from `at` before it is tried again, whatever changes
+    pod_changed: bool = False  # updated since, in a way that may make it fit
 
     def due(self, generation: int, now: float) -> bool:
         if self.generation is None:  # back off a little
             return now - self.at >= ERROR_RETRY
         if now - self.at < self.backoff:
             return False
-        return self.generation != generation or now - self.at >= RETRY_BACKSTOP
+        return self.pod_changed or self.generation != generation or now - self.at >= RETRY_BACKSTOP
 
 
 def failed_try(last: LastTry | None, generation: int, now: float, initial: float,
@@ -65,12 +73,33 @@ def failed_try(last: LastTry | None, generation: int, now: float, initial: float
     return LastTry(generation, now, failures, backoff_seconds(failures, initial, maximum))
 
 
-def concerns(old: JsonObject, new: JsonObject) -> bool:
-    """An update of a pending pod that may change its decision: its spec or annotations (not
-    its status, which the allocator's own reports write, nor its resourceVersion)."""
-    def annotations(p: JsonObject) -> object:
-        return (p.get("metadata") or {}).get("annotations")
-    return old.get("spec") != new.get("spec") or annotations(old) != annotations(new)
+# Fields of a pending pod's spec that the API server lets anyone who may patch the pod change,
+# and that no scheduling rule reads.
+_NOT_SCHEDULING = ("activeDeadlineSeconds", "ephemeralContainers", "terminationGracePeriodSeconds")
+
+
+def _scheduling_view(pod: JsonObject) -> tuple[object, object, dict[str, object]]:
+    """What of a pod a decision may read: its spec without the fields above and the images,
+    its labels (inter-pod affinity and spread match the pod itself), the deciding annotations."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        spec = {k: v for k, v in spec.items() if k not in _NOT_SCHEDULING}
+        for field in ("containers", "initContainers"):
+            if isinstance(spec.get(field), list):
+                spec[field] = [{k: v for k, v in c.items() if k != "image"}
+                               if isinstance(c, dict) else c for c in spec[field]]
+    annotations = meta.get("annotations")
+    deciding = {k: v for k, v in annotations.items() if k in keys.DECIDING} \
+        if isinstance(annotations, dict) else {}
+    return spec, meta.get("labels"), deciding
+
+
+def may_fit_now(old: JsonObject, new: JsonObject) -> bool:
+    """An update of a pending pod that may change its decision (kube-scheduler's queueing hints
+    name these pod events: its labels, resources, tolerations, gates). Not its status, which
+    the allocator's own reports write, nor its resourceVersion, other annotations or images."""
+    return _scheduling_view(old) != _scheduling_view(new)
 
 
 class PendingQueue:
@@ -103,9 +132,10 @@ class PendingQueue:
         if theirs or meta.get("deletionTimestamp"):
             self.remove(uid)
             return
-        old = self._pods.get(uid)
-        if old is not None and concerns(old, pod):
-            self._tries.pop(uid, None)  # what it asks for may have changed: try it now
+        old, last = self._pods.get(uid), self._tries.get(uid)
+        if old is not None and last is not None and not last.pod_changed \
+                and may_fit_now(old, pod):
+            self._tries[uid] = replace(last, pod_changed=True)  # tried when its backoff ends
         self._pods[uid] = pod
 
     def remove(self, uid: str) -> JsonObject | None:
@@ -114,8 +144,12 @@ class PendingQueue:
         return self._pods.pop(uid, None)
 
     def relist(self, pods: list[JsonObject]) -> None:
-        self._pods.clear()
-        self._tries.clear()
+        """The pending pods of a full list. Those still listed keep their backoff: a relist
+        is no reason to decide a pod sooner."""
+        listed = {uid_of(p) for p in pods}
+        for uid in [uid for uid in self._pods if uid not in listed]:
+            self.remove(uid)
+        self._tries = {uid: t for uid, t in self._tries.items() if uid in listed}
         for pod in pods:
             self.upsert(pod)
 
