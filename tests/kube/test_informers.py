@@ -20,7 +20,7 @@ import pytest
 from tests.harness.wait import wait_for
 from tests.kube.recorder import api_for
 from webhook.kube.api import Api
-from webhook.kube.informer import Informer, read_event
+from webhook.kube.informer import CONSISTENT, Informer, read_event, watch_cluster
 
 
 def event(kind: str, rv: str, name: str = "n1") -> bytes:
@@ -184,6 +184,38 @@ def test_the_first_list_is_the_watch_caches_a_relist_after_gone_reads_etcd(infor
                 == ["0", None]
         finally:
             stop()
+
+
+def test_the_allocators_first_lists_are_consistent():
+    """A new leader decides from its first lists at once: each reads the latest (no
+    resourceVersion), never the watch cache's, which may lack its predecessor's last bindings
+    (issue 46, finding 10)."""
+    out: queue.Queue = queue.Queue()
+    with script_server([]) as server:
+        informers = watch_cluster(api_for(server.server_port), out.put, 1, "status.phase!=Failed",
+                                  storage=True)
+        try:
+            assert sorted(out.get(timeout=10)[1] for _ in informers) == \
+                sorted(["node", "pod", "pvc", "pv", "storageclass"])
+            firsts = [r for r in server.requests if r.get("watch") != "true"]
+            assert len(firsts) == 5 and all("resourceVersion" not in r for r in firsts), firsts
+        finally:
+            for i in informers:
+                i.stop()
+
+
+def test_an_informer_asked_for_consistent_lists_never_lists_the_watch_cache():
+    out: queue.Queue = queue.Queue()
+    with script_server([[("status", 410)]]) as server:
+        informer = Informer(api_for(server.server_port), "node", "/api/v1/nodes", None,
+                            lambda e, o: out.put((e, o)), CONSISTENT)
+        informer.start()
+        try:
+            assert [out.get(timeout=10)[0] for _ in range(2)] == ["RESET", "RESET"]
+            assert [r.get("resourceVersion") for r in server.requests if r.get("watch") != "true"] \
+                == [None, None]
+        finally:
+            informer.stop()
 
 
 def test_an_event_the_receiver_cannot_take_resumes_the_watch(informer_kind):

@@ -8,12 +8,16 @@ thread, which then took the interpreter's lock from a loop busy with the next fi
 from the last resourceVersion seen (bookmarks included) and relists on 410 Gone. Each relist
 is delivered as one ("RESET", items) event so the receiver can rebuild at once.
 
-The first list asks for resourceVersion 0, as client-go's reflector does: the API server
-answers from its watch cache instead of reading every pod of the cluster from etcd and
+The extender's first list asks for resourceVersion 0, as client-go's reflector does: the API
+server answers from its watch cache instead of reading every pod of the cluster from etcd and
 filtering them (in a bench backlog of 2,000 pods, the extender's two pod lists cost the API
 server and etcd that much CPU on the way to the first bind). The watch from the list's version
-then brings every later change. A relist after 410 Gone reads etcd (no resourceVersion): the
-cache may be as old as the version that was too old.
+then brings every later change. The allocator's sessions list the latest (`CONSISTENT`): a
+new leader decides at once from its first list, and the watch cache may not yet hold the
+bindings its predecessor wrote a moment before, which it would hand out again; the latest is
+read from etcd up to 1.30, and from the watch cache once it has caught up on 1.31 and newer
+(ConsistentListFromCache). A relist after 410 Gone reads the latest too: the cache may be as
+old as the version that was too old.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ GONE = "GONE"  # the watch's resourceVersion is too old: list again
 
 
 ANY_VERSION = "0"  # a list's resourceVersion: the watch cache's, whatever its age
+CONSISTENT = None  # a list's resourceVersion: none, the latest (a quorum read)
 
 
 def query(field_selector: str | None, watch_from: str | None = None,
@@ -78,10 +83,11 @@ class Informer:
     read_timeout = WATCH_SECONDS + 30  # longer than any quiet watch the server keeps open
 
     def __init__(self, api: Api, kind: str, path: str, field_selector: str | None,
-                 emit: Callable[[str, object], None]):
-        """`emit(event, object)` is called on the loop, as each event is read."""
+                 emit: Callable[[str, object], None], first_list: str | None = ANY_VERSION):
+        """`emit(event, object)` is called on the loop, as each event is read. `first_list`:
+        the resourceVersion of the first list (ANY_VERSION or CONSISTENT)."""
         self.api, self.kind, self.path = api, kind, path
-        self.field_selector, self.emit = field_selector, emit
+        self.field_selector, self.emit, self.first_list = field_selector, emit, first_list
         self._running: concurrent.futures.Future | None = None
 
     def start(self, io: IoLoop | None = None) -> "Informer":
@@ -98,15 +104,15 @@ class Informer:
     async def run(self) -> None:
         """Until cancelled."""
         rv = None
-        list_from: str | None = ANY_VERSION
+        list_from = self.first_list
         delay = 0.5
         while True:
             try:
                 if rv is None:
                     rv = await self._list(list_from)
                 rv = await self._watch(rv)
-                if rv is None:  # too old: the next list reads etcd
-                    list_from = None
+                if rv is None:  # too old: the next list reads the latest
+                    list_from = CONSISTENT
                 delay = 0.5
             except ApiError as e:
                 log.warning("watch %s: %s; retrying in %.1fs", self.kind, e, delay)
@@ -164,8 +170,9 @@ def cluster_watches(pods: str, storage: bool = False) -> list[tuple[str, str, st
 def watch_cluster(api: Api, emit: Callable[[tuple], None], session: int, pods: str,
                   storage: bool = False, io: IoLoop | None = None) -> list[Informer]:
     """The watches of `cluster_watches(pods, storage)` on the I/O loop (`io`, else the
-    process's), each event handed on as `emit((session, kind, event, object))`."""
+    process's), each event handed on as `emit((session, kind, event, object))`: the allocator's
+    session, whose first lists are consistent (the module's docstring says why)."""
     def emitter(kind: str) -> Callable[[str, object], None]:
         return lambda event, obj: emit((session, kind, event, obj))
-    return [Informer(api, kind, path, selector, emitter(kind)).start(io)
+    return [Informer(api, kind, path, selector, emitter(kind), CONSISTENT).start(io)
             for kind, path, selector in cluster_watches(pods, storage)]
