@@ -1,5 +1,6 @@
 """The modules setup.py compiles with mypyc run compiled, and none is older than its source
-(tests/harness/compiled.py: tests/conftest.py stops a session at once on such a module)."""
+(tests/harness/compiled.py: tests/conftest.py stops a session at once on such a module, and
+this checks that it does)."""
 
 import importlib
 import importlib.machinery
@@ -7,6 +8,7 @@ import os
 
 import pytest
 
+from tests import conftest
 from tests.harness.compiled import compiled_sources, module_name, stale
 
 PURE = bool(os.environ.get("MTHREADS_PURE_PYTHON"))  # built without mypyc on purpose
@@ -24,8 +26,17 @@ def test_the_hot_path_is_compiled():
             + ("MTHREADS_PURE_PYTHON is set" if PURE else "run `make install`"))
 
 
-def test_no_compiled_module_is_older_than_its_source():
-    assert stale() == []
+@pytest.mark.parametrize("found", [[], ["webhook/hami.py (changed after hami.so was built)"]])
+def test_a_session_does_not_start_on_a_module_built_before_its_source(monkeypatch, found):
+    """tests/conftest.py ends the session before any test when `stale()` names a module (so
+    no test here could see one: what this checks is that conftest asks and stops)."""
+    monkeypatch.setattr(conftest, "stale", lambda: found)
+    if not found:
+        conftest.pytest_sessionstart(None)
+        return
+    with pytest.raises(pytest.exit.Exception) as stopped:
+        conftest.pytest_sessionstart(None)
+    assert stopped.value.returncode == 4 and found[0] in stopped.value.msg
 
 
 @pytest.mark.parametrize("source_after_build, expected", [(False, 0), (True, 1)])
