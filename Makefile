@@ -20,12 +20,22 @@ $(VENV)/.installed: pyproject.toml setup.py $(COMPILED_SOURCES)
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# What serving needs alone, interpreted (no compiler, no test packages): a fresh clone serves in
+# seconds. `make run` takes the compiled build instead once `make install` (or `make test`) made it.
+$(VENV)/.serving: pyproject.toml setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet 'setuptools>=68' wheel  # the build's own, in place of an isolated
+	MTHREADS_PURE_PYTHON=1 $(BIN)/pip install --quiet --no-build-isolation -e .  # one with mypy
+	touch $@
+
+SERVING := $(if $(wildcard $(VENV)/.installed),install,$(VENV)/.serving)
+
 certs: certs/tls.crt
 
-certs/tls.crt: | install
+certs/tls.crt: | $(SERVING)
 	$(BIN)/mthreads-webhook certs --out certs
 
-run: install certs
+run: $(SERVING) certs
 	$(BIN)/mthreads-webhook serve --bind $(BIND) --cert-file certs/tls.crt --key-file certs/tls.key \
 		$(if $(CONFIG),--config $(CONFIG))
 
