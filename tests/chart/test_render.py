@@ -16,7 +16,7 @@ import yaml
 
 from tests.chart.helm import CHART, EXAMPLES, config_of, helm, one, render, selector_matches
 
-NEWER = [f"1.{minor}.0" for minor in range(25, 35)]
+NEWER = [f"1.{minor}.0" for minor in range(25, 38)]
 MODES = {
     "allocator": [],
     "extender": ["--set", "mode=extender"],
@@ -485,7 +485,7 @@ def test_from_1_21_namespaces_are_exempt_by_their_immutable_name(version):
     docs = render(kube_version=version, namespace="gpu-system")
     entries = webhook_entries(docs)
     assert len(entries) == 4
-    for hook in entries:  # every entry, the fail-open ones included
+    for hook in entries:  # every entry, the fail-open one included
         selector = hook["namespaceSelector"]
         assert selector == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                                   "values": ["kube-system", "gpu-system"]}]}
@@ -494,6 +494,57 @@ def test_from_1_21_namespaces_are_exempt_by_their_immutable_name(version):
         assert selector_matches(selector, namespace("team"))
         # the label anyone who may label a namespace can set no longer opts out
         assert selector_matches(selector, namespace("team", **{"hami.io/webhook": "ignore"}))
+
+
+BY_NAME = [f"1.{minor}.0" for minor in range(21, 38)]  # namespaces exempt by their name
+# Each entry's failurePolicy from 1.21 and on 1.20. The subresource entry fails open on every
+# version: every kubelet's status report and every binding passes it (docs/deploy.md).
+FAILURE_POLICIES = {
+    "mutate.mthreads.hami.io": ("Fail", "Fail"),
+    "validate.mthreads.hami.io": ("Fail", "Fail"),
+    "validate-opted-out.mthreads.hami.io": ("Fail", "Ignore"),
+    "validate-subresources.mthreads.hami.io": ("Ignore", "Ignore"),
+}
+
+
+def reviewing(entries: list[dict], namespace_labels: dict, pod_labels: dict) -> dict[str, str]:
+    """Name -> failurePolicy of the entries that review the creation of a pod with these labels
+    in a namespace with these."""
+    return {hook["name"]: hook["failurePolicy"] for hook in entries
+            if any("pods" in rule["resources"] and "CREATE" in rule["operations"] for rule in hook["rules"])
+            and selector_matches(hook["namespaceSelector"], namespace_labels)
+            and selector_matches(hook.get("objectSelector"), pod_labels)}
+
+
+@pytest.mark.parametrize("version", ["1.20.2", *BY_NAME])
+def test_from_1_21_the_pod_entries_fail_closed_and_never_on_the_charts_own_pods(version):
+    """From 1.21 the release's namespace is exempt by name, so the entry for pods labelled
+    hami.io/webhook=ignore fails closed like the others: an outage admits no pod unchecked,
+    opted out or not. The chart's own pods (the webhook's among them) are in that namespace
+    and meet no fail-closed entry, so they start while no webhook replica answers (else the
+    install would wait on itself). On 1.20 that namespace may carry no label (Install, step 1):
+    the opted-out entry stays Ignore there, which is what lets those pods start."""
+    by_name = version != "1.20.2"
+    as_server_labels = namespace if by_name else (lambda name: {})  # no name label on 1.20
+    for mode in ("allocator", "extender"):
+        docs = render("--set", f"mode={mode}", kube_version=version, namespace="gpu-system")
+        entries = webhook_entries(docs)
+        assert {hook["name"]: hook["failurePolicy"] for hook in entries} == \
+            {name: policies[0 if by_name else 1] for name, policies in FAILURE_POLICIES.items()}
+        # a tenant's pod is reviewed at its creation, and fail-closed unless 1.20 and opted out
+        tenant = as_server_labels("team")
+        assert reviewing(entries, tenant, {"app": "x"}) == \
+            {"mutate.mthreads.hami.io": "Fail", "validate.mthreads.hami.io": "Fail"}
+        assert reviewing(entries, tenant, {"hami.io/webhook": "ignore"}) == \
+            {"validate-opted-out.mthreads.hami.io": "Fail" if by_name else "Ignore"}
+        own = [d for d in docs if d["kind"] == "Deployment"]
+        assert {d["metadata"]["name"] for d in own} == {"mthreads-webhook", "hami-scheduler"}
+        for deploy in own:
+            labels = deploy["spec"]["template"]["metadata"]["labels"]
+            seen = reviewing(entries, as_server_labels(deploy["metadata"]["namespace"]), labels)
+            assert "Fail" not in seen.values(), (mode, deploy["metadata"]["name"], seen)
+            if by_name:  # not reviewed at all: the webhook's code is not even asked
+                assert seen == {}, (mode, deploy["metadata"]["name"], seen)
 
 
 def test_the_exempt_namespaces_are_a_value_and_the_selector_narrows():
