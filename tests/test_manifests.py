@@ -291,7 +291,7 @@ def test_extender_rbac_adds_only_the_requeue_to_kube_schedulers_roles():
     docs = build(MANIFESTS / "extender")
     assert {d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")} == {"mthreads-webhook", "mthreads-scheduler"}
     assert [d["metadata"]["name"] for d in by_kind(docs, "ClusterRole")] == ["mthreads-extender"]
-    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {("", "pods", "patch", ())}
+    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {("", "pods/status", "patch", ())}
     for b in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "mthreads-scheduler", "namespace": "kube-system"}]
     assert {b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")} == {

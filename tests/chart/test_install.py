@@ -27,6 +27,7 @@ from tests.chart.helm import CHART, EXAMPLES, REPO_ROOT, config_of, helm, one, r
 from tests.harness.kube import ADMIN, ALICE, FakeFleet, LocalCluster, bound_pod, free_ports
 from tests.harness.kubectl import kubectl
 from tests.harness.process import LoggedProcess
+from tests.harness.service_account import service_account_kubeconfig
 from tests.harness.wait import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -288,10 +289,11 @@ def test_switching_modes_swaps_the_identities(cluster, helm_run):
         wait_for(lambda: not can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"), 20, 0.3,
                  what="the allocator's rights gone")
         assert kubectl(cluster, ADMIN, "get", "serviceaccount", "mthreads-allocator", "-n", NS).returncode != 0
-        wait_for(lambda: can_i(cluster, SCHEDULER_SA, "patch", "pods", "-n", "default"), 20, 0.3,
-                 what="the extender's requeue right")
+        wait_for(lambda: can_i(cluster, SCHEDULER_SA, "patch", "pods", "--subresource=status", "-n", "default"),
+                 20, 0.3, what="the extender's requeue right")
         assert can_i(cluster, SCHEDULER_SA, "create", "pods", "--subresource=binding", "-n", "default")
-        for denied in (("create", "pods", "-n", "default"), ("update", "nodes"), ("get", "secrets", "-n", NS),
+        for denied in (("create", "pods", "-n", "default"), ("patch", "pods", "-n", "default"),
+                       ("update", "nodes"), ("get", "secrets", "-n", NS),
                        ("update", "leases.coordination.k8s.io/mthreads-allocator", "-n", NS)):
             assert not can_i(cluster, SCHEDULER_SA, *denied), denied
         assert pod_config(cluster)["allocator"]["user"] == SCHEDULER_SA
@@ -304,8 +306,8 @@ def test_switching_modes_swaps_the_identities(cluster, helm_run):
 
         out = helm_run("upgrade", "hami", str(CHART), "-n", NS, "--set", "mode=allocator")
         assert out.returncode == 0, out.stderr
-        wait_for(lambda: not can_i(cluster, SCHEDULER_SA, "patch", "pods", "-n", "default"), 20, 0.3,
-                 what="the extender's rights gone")
+        wait_for(lambda: not can_i(cluster, SCHEDULER_SA, "patch", "pods", "--subresource=status", "-n", "default"),
+                 20, 0.3, what="the extender's rights gone")
         assert kubectl(cluster, ADMIN, "get", "serviceaccount", "mthreads-scheduler", "-n", NS).returncode != 0
         wait_for(lambda: can_i(cluster, ALLOCATOR_SA, "list", "pods", "-A"), 20, 0.3, what="the allocator's RBAC back")
         assert pod_config(cluster)["allocator"]["user"] == ALLOCATOR_SA
@@ -343,13 +345,7 @@ def test_the_extender_mode_pod_as_rendered_binds_with_the_charts_rights_alone(cl
     procs: list[LoggedProcess] = []
     fleet = FakeFleet(cluster.api_client(ADMIN), "chart-ext")
     try:
-        token = kubectl(cluster, ADMIN, "create", "token", "mthreads-scheduler", "-n", NS)
-        assert token.returncode == 0, token.stderr
-        kubeconfig = yaml.safe_load(cluster.kubeconfig(ADMIN).read_text())
-        kubeconfig["users"][0]["user"] = {"token": token.stdout.strip()}
-        as_scheduler = tmp_path / "kubeconfig-mthreads-scheduler.yaml"
-        as_scheduler.write_text(yaml.safe_dump(kubeconfig))
-        as_scheduler.chmod(0o600)
+        as_scheduler = service_account_kubeconfig(cluster, NS, "mthreads-scheduler", tmp_path)
 
         deploy = one(docs, "Deployment", "hami-scheduler")["spec"]["template"]["spec"]
         (kube_scheduler, extender) = deploy["containers"]

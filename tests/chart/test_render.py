@@ -16,7 +16,7 @@ import yaml
 
 from tests.chart.helm import CHART, EXAMPLES, config_of, helm, one, render, selector_matches
 
-NEWER = [f"1.{minor}.0" for minor in range(25, 35)]
+NEWER = [f"1.{minor}.0" for minor in range(25, 38)]
 MODES = {
     "allocator": [],
     "extender": ["--set", "mode=extender"],
@@ -392,71 +392,80 @@ def test_each_scheduler_replica_runs_its_own_extender():
 
 # --- RBAC per mode ----------------------------------------------------------------------------
 
-def rule_set(rules: list[dict]) -> set[tuple]:
-    return {(group, resource, verb, tuple(r.get("resourceNames", [])))
-            for r in rules for group in r["apiGroups"] for resource in r["resources"] for verb in r["verbs"]}
+ROLE_KINDS = ("ClusterRole", "Role")
 
 
-def bindings(docs: list[dict]) -> dict[tuple, tuple]:
-    """(kind, name, namespace) of each binding -> (role kind, role name, subjects)."""
-    return {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")):
-            (d["roleRef"]["kind"], d["roleRef"]["name"],
-             tuple((s["kind"], s["name"], s.get("namespace")) for s in d["subjects"]))
-            for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")}
+def grants(docs: list[dict]) -> dict[str, set[tuple]]:
+    """Every right of each ServiceAccount the chart makes ("namespace/name"), through the
+    bindings it renders: (where, apiGroup, resource, verb, resource names) for each rule of a
+    role of the chart's, or (where, role name) for a role it binds but leaves to Kubernetes
+    (the built-in ones); `where` is the binding's namespace, "*" for a ClusterRoleBinding."""
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d["rules"]
+             for d in docs if d["kind"] in ROLE_KINDS}
+    accounts: dict[str, set[tuple]] = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": set()
+                                       for d in docs if d["kind"] == "ServiceAccount"}
+    bound = set()
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        where = binding["metadata"]["namespace"] if binding["kind"] == "RoleBinding" else "*"
+        ref = binding["roleRef"]
+        role = (ref["kind"], where if ref["kind"] == "Role" else None, ref["name"])
+        bound.add(role)
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount", binding["metadata"]["name"]
+            account = f"{subject['namespace']}/{subject['name']}"
+            assert account in accounts, f"{binding['metadata']['name']} binds {account}, not the chart's"
+            if role not in roles:
+                accounts[account].add((where, ref["name"]))
+                continue
+            accounts[account] |= {(where, group, resource, verb, tuple(rule.get("resourceNames", [])))
+                                  for rule in roles[role] for group in rule["apiGroups"]
+                                  for resource in rule["resources"] for verb in rule["verbs"]}
+    assert set(roles) <= bound, f"roles bound to nobody: {set(roles) - bound}"
+    return accounts
 
 
 LEASES = "coordination.k8s.io"
+NS = "gpu-system"  # the release's namespace, not kube-system: the Leases' roles must follow it
+ALLOCATOR_GRANTS = {
+    f"{NS}/mthreads-webhook": set(),  # it only answers AdmissionReviews
+    f"{NS}/mthreads-allocator": {
+        ("*", "", "pods", "get", ()), ("*", "", "pods", "list", ()), ("*", "", "pods", "watch", ()),  # no write
+        ("*", "", "pods/binding", "create", ()),
+        ("*", "", "pods/status", "patch", ()),  # PodScheduled=False
+        ("*", "", "nodes", "get", ()), ("*", "", "nodes", "list", ()), ("*", "", "nodes", "watch", ()),
+        ("*", "", "persistentvolumeclaims", "list", ()), ("*", "", "persistentvolumeclaims", "watch", ()),
+        ("*", "", "persistentvolumes", "list", ()), ("*", "", "persistentvolumes", "watch", ()),
+        ("*", "storage.k8s.io", "storageclasses", "list", ()),
+        ("*", "storage.k8s.io", "storageclasses", "watch", ()),
+        ("*", "", "events", "create", ()), ("*", "", "events", "patch", ()),
+        (NS, LEASES, "leases", "create", ()), (NS, LEASES, "leases", "get", ("mthreads-allocator",)),
+        (NS, LEASES, "leases", "update", ("mthreads-allocator",))},
+}
+EXTENDER_GRANTS = {  # no allocator identity at all
+    f"{NS}/mthreads-webhook": set(),
+    # kube-scheduler and its extender container: one pod, one ServiceAccount
+    f"{NS}/mthreads-scheduler": {
+        ("*", "system:kube-scheduler"), ("*", "system:volume-scheduler"),
+        ("kube-system", "extension-apiserver-authentication-reader"),  # its authenticated /healthz
+        ("*", "", "pods/status", "patch", ()),  # the extender's requeue; never a patch of pods
+        (NS, LEASES, "leases", "create", ()), (NS, LEASES, "leases", "get", ("mthreads-scheduler",)),
+        (NS, LEASES, "leases", "update", ("mthreads-scheduler",))},
+}
+GRANTS = {mode: EXTENDER_GRANTS if mode.startswith("extender") else ALLOCATOR_GRANTS for mode in MODES}
 
 
-def test_allocator_mode_grants_the_allocator_exactly_what_it_calls():
-    docs = render(namespace="gpu-system")
-    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"} == \
-        {"mthreads-webhook", "mthreads-allocator"}
-    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"} == {"mthreads-allocator"}
-    assert rule_set(one(docs, "ClusterRole", "mthreads-allocator")["rules"]) == {
-        ("", "pods", "get", ()), ("", "pods", "list", ()), ("", "pods", "watch", ()),  # no patch
-        ("", "pods/binding", "create", ()),
-        ("", "pods/status", "patch", ()),
-        ("", "nodes", "get", ()), ("", "nodes", "list", ()), ("", "nodes", "watch", ()),
-        ("", "persistentvolumeclaims", "list", ()), ("", "persistentvolumeclaims", "watch", ()),
-        ("", "persistentvolumes", "list", ()), ("", "persistentvolumes", "watch", ()),
-        ("storage.k8s.io", "storageclasses", "list", ()),
-        ("storage.k8s.io", "storageclasses", "watch", ()),
-        ("", "events", "create", ()), ("", "events", "patch", ())}
-    assert rule_set(one(docs, "Role", "mthreads-allocator-leader-election")["rules"]) == {
-        (LEASES, "leases", "create", ()), (LEASES, "leases", "get", ("mthreads-allocator",)),
-        (LEASES, "leases", "update", ("mthreads-allocator",))}
-    sa = (("ServiceAccount", "mthreads-allocator", "gpu-system"),)
-    assert bindings(docs) == {
-        ("ClusterRoleBinding", "mthreads-allocator", None): ("ClusterRole", "mthreads-allocator", sa),
-        ("RoleBinding", "mthreads-allocator-leader-election", "gpu-system"):
-            ("Role", "mthreads-allocator-leader-election", sa)}
-    assert one(docs, "Role", "mthreads-allocator-leader-election")["metadata"]["namespace"] == "gpu-system"
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_each_mode_grants_each_account_exactly_what_its_code_calls(mode):
+    """Every (where, apiGroup, resource, verb) of every ServiceAccount, per mode: one right
+    more, one account more or one binding of an account not the chart's fails."""
+    assert grants(render(*MODES[mode], namespace=NS)) == GRANTS[mode]
 
 
-def test_extender_mode_has_no_allocator_identity_and_adds_only_the_requeue_to_kube_scheduler():
-    docs = render("--set", "mode=extender", namespace="gpu-system")
-    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"} == \
-        {"mthreads-webhook", "mthreads-scheduler"}
+def test_extender_mode_leaves_no_trace_of_the_allocators_identity():
+    docs = render("--set", "mode=extender", namespace=NS)
     assert "mthreads-allocator" not in yaml.safe_dump_all(
-        [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                                          "RoleBinding", "Deployment")])
-    # kube-scheduler's built-in roles hold every read and write of the extender (pods and nodes
-    # read, pods/binding create) but the requeue's merge patch of a pending pod: that alone is ours.
-    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"} == {"mthreads-extender"}
-    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {("", "pods", "patch", ())}
-    assert rule_set(one(docs, "Role", "mthreads-scheduler-leader-election")["rules"]) == {
-        (LEASES, "leases", "create", ()), (LEASES, "leases", "get", ("mthreads-scheduler",)),
-        (LEASES, "leases", "update", ("mthreads-scheduler",))}
-    sa = (("ServiceAccount", "mthreads-scheduler", "gpu-system"),)
-    assert bindings(docs) == {
-        ("ClusterRoleBinding", "mthreads-scheduler", None): ("ClusterRole", "system:kube-scheduler", sa),
-        ("ClusterRoleBinding", "mthreads-scheduler-volumes", None): ("ClusterRole", "system:volume-scheduler", sa),
-        ("ClusterRoleBinding", "mthreads-extender", None): ("ClusterRole", "mthreads-extender", sa),
-        ("RoleBinding", "mthreads-scheduler-leader-election", "gpu-system"):
-            ("Role", "mthreads-scheduler-leader-election", sa),
-        ("RoleBinding", "mthreads-scheduler-authentication-reader", "kube-system"):
-            ("Role", "extension-apiserver-authentication-reader", sa)}
+        [d for d in docs if d["kind"] in ("ServiceAccount", *ROLE_KINDS, "ClusterRoleBinding", "RoleBinding",
+                                          "Deployment")])
 
 
 # --- which namespaces the webhook sees ------------------------------------------------------------
@@ -476,7 +485,7 @@ def test_from_1_21_namespaces_are_exempt_by_their_immutable_name(version):
     docs = render(kube_version=version, namespace="gpu-system")
     entries = webhook_entries(docs)
     assert len(entries) == 4
-    for hook in entries:  # every entry, the fail-open ones included
+    for hook in entries:  # every entry, the fail-open one included
         selector = hook["namespaceSelector"]
         assert selector == {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                                                   "values": ["kube-system", "gpu-system"]}]}
@@ -485,6 +494,57 @@ def test_from_1_21_namespaces_are_exempt_by_their_immutable_name(version):
         assert selector_matches(selector, namespace("team"))
         # the label anyone who may label a namespace can set no longer opts out
         assert selector_matches(selector, namespace("team", **{"hami.io/webhook": "ignore"}))
+
+
+BY_NAME = [f"1.{minor}.0" for minor in range(21, 38)]  # namespaces exempt by their name
+# Each entry's failurePolicy from 1.21 and on 1.20. The subresource entry fails open on every
+# version: every kubelet's status report and every binding passes it (docs/deploy.md).
+FAILURE_POLICIES = {
+    "mutate.mthreads.hami.io": ("Fail", "Fail"),
+    "validate.mthreads.hami.io": ("Fail", "Fail"),
+    "validate-opted-out.mthreads.hami.io": ("Fail", "Ignore"),
+    "validate-subresources.mthreads.hami.io": ("Ignore", "Ignore"),
+}
+
+
+def reviewing(entries: list[dict], namespace_labels: dict, pod_labels: dict) -> dict[str, str]:
+    """Name -> failurePolicy of the entries that review the creation of a pod with these labels
+    in a namespace with these."""
+    return {hook["name"]: hook["failurePolicy"] for hook in entries
+            if any("pods" in rule["resources"] and "CREATE" in rule["operations"] for rule in hook["rules"])
+            and selector_matches(hook["namespaceSelector"], namespace_labels)
+            and selector_matches(hook.get("objectSelector"), pod_labels)}
+
+
+@pytest.mark.parametrize("version", ["1.20.2", *BY_NAME])
+def test_from_1_21_the_pod_entries_fail_closed_and_never_on_the_charts_own_pods(version):
+    """From 1.21 the release's namespace is exempt by name, so the entry for pods labelled
+    hami.io/webhook=ignore fails closed like the others: an outage admits no pod unchecked,
+    opted out or not. The chart's own pods (the webhook's among them) are in that namespace
+    and meet no fail-closed entry, so they start while no webhook replica answers (else the
+    install would wait on itself). On 1.20 that namespace may carry no label (Install, step 1):
+    the opted-out entry stays Ignore there, which is what lets those pods start."""
+    by_name = version != "1.20.2"
+    as_server_labels = namespace if by_name else (lambda name: {})  # no name label on 1.20
+    for mode in ("allocator", "extender"):
+        docs = render("--set", f"mode={mode}", kube_version=version, namespace="gpu-system")
+        entries = webhook_entries(docs)
+        assert {hook["name"]: hook["failurePolicy"] for hook in entries} == \
+            {name: policies[0 if by_name else 1] for name, policies in FAILURE_POLICIES.items()}
+        # a tenant's pod is reviewed at its creation, and fail-closed unless 1.20 and opted out
+        tenant = as_server_labels("team")
+        assert reviewing(entries, tenant, {"app": "x"}) == \
+            {"mutate.mthreads.hami.io": "Fail", "validate.mthreads.hami.io": "Fail"}
+        assert reviewing(entries, tenant, {"hami.io/webhook": "ignore"}) == \
+            {"validate-opted-out.mthreads.hami.io": "Fail" if by_name else "Ignore"}
+        own = [d for d in docs if d["kind"] == "Deployment"]
+        assert {d["metadata"]["name"] for d in own} == {"mthreads-webhook", "hami-scheduler"}
+        for deploy in own:
+            labels = deploy["spec"]["template"]["metadata"]["labels"]
+            seen = reviewing(entries, as_server_labels(deploy["metadata"]["namespace"]), labels)
+            assert "Fail" not in seen.values(), (mode, deploy["metadata"]["name"], seen)
+            if by_name:  # not reviewed at all: the webhook's code is not even asked
+                assert seen == {}, (mode, deploy["metadata"]["name"], seen)
 
 
 def test_the_exempt_namespaces_are_a_value_and_the_selector_narrows():

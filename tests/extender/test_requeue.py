@@ -34,7 +34,8 @@ def test_room_outside_the_offered_nodes_requeues_the_pod(setup):
     run_requeues(client)
     (method, path, patch), = api.patches()
     meta = p["metadata"]
-    assert path == f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+    # pods/status, which takes the annotations: the chart grants no patch of pods themselves
+    assert path == f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
     assert patch == {"metadata": {"uid": meta["uid"], "annotations": {REQUEUES: "1"}}}
     assert not cache.core.reservations()  # nothing is held for it: the next filter decides afresh
 

@@ -10,6 +10,8 @@ ClusterRole of the same name), so answers there would not be the manifests' alon
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,11 @@ import yaml
 from tests.harness.kube import ADMIN, LocalCluster
 from tests.harness.kubectl import KUBECTL, kubectl
 from tests.harness.registration import rendered_manifests
+from tests.harness.service_account import service_account_kubeconfig
 from tests.harness.wait import wait_for
+from webhook.annotations import REQUEUES
+from webhook.kube.api import Api
+from webhook.kube.pods import patch_pod_status
 
 pytestmark = pytest.mark.cluster
 
@@ -54,7 +60,7 @@ def cluster(tmp_path_factory):
             assert out.returncode == 0, out.stderr
         c.admin_kubeconfig = str(c.kubeconfig(ADMIN))
         # the authorizer's cache catches up in a moment
-        wait_for(lambda: can_i(c, ALLOCATOR_SA, "list", "pods") and can_i(c, SCHEDULER_SA, "patch", "pods"), 10,
+        wait_for(lambda: can_i(c, ALLOCATOR_SA, "list", "pods") and can_i(c, SCHEDULER_SA, "list", "pods"), 10,
                  what="the manifests' RBAC taking effect")
         yield c
     finally:
@@ -118,13 +124,13 @@ ALLOCATOR_MUST_NOT = [
     ("*", "*"),
 ]
 # kube-scheduler's built-in roles (system:kube-scheduler, system:volume-scheduler) hold what a
-# scheduler needs, pods delete for preemption among it; the chart adds the requeue's pod patch
-# and its own Lease.
+# scheduler needs, pods delete for preemption and pods/status patch among it; the chart adds its
+# own Lease and names the requeue's pods/status patch. Never a patch of pods themselves.
 SCHEDULER_MUST = [
     ("list", "pods", "--all-namespaces"),
     ("watch", "pods", "--all-namespaces"),
     ("get", "pods", "-n", "default"),
-    ("patch", "pods", "-n", "default"),  # the extender's requeue
+    ("patch", "pods", "--subresource=status", "-n", "default"),  # the extender's requeue
     ("create", "pods", "--subresource=binding", "-n", "default"),
     ("list", "nodes"),
     ("watch", "nodes"),
@@ -134,6 +140,8 @@ SCHEDULER_MUST = [
 SCHEDULER_MUST_NOT = [
     ("create", "pods", "-n", "default"),
     ("update", "pods", "-n", "default"),
+    ("patch", "pods", "-n", "default"),  # the requeue writes pods/status; this rewrites any pod
+    ("patch", "pods", "--all-namespaces"),
     ("update", "nodes"),
     ("patch", "nodes"),
     ("delete", "nodes"),
@@ -229,20 +237,20 @@ def rules_of(cluster, user: str, namespace: str) -> set[tuple[str, str, str]]:
 
 
 @pytest.mark.parametrize("namespace, added", [
-    ("default", {("pods", "", "patch")}),
-    ("kube-system", {("pods", "", "patch"),
-                     ("leases.coordination.k8s.io", "mthreads-scheduler", "get"),
+    ("default", set()),
+    ("kube-system", {("leases.coordination.k8s.io", "mthreads-scheduler", "get"),
                      ("leases.coordination.k8s.io", "mthreads-scheduler", "update"),
                      *(("configmaps", "extension-apiserver-authentication", v) for v in ("get", "list", "watch"))}),
 ])
-def test_the_extender_mode_adds_to_kube_schedulers_roles_only_the_requeue_and_its_own_lease(cluster, namespace,
-                                                                                              added):
+def test_the_extender_mode_adds_to_kube_schedulers_roles_only_its_own_lease(cluster, namespace, added):
     """Extender mode's identity (kube-scheduler and the extender, one pod) against an account
-    bound to kube-scheduler's built-in roles alone: beyond them, the requeue's pod patch, the
-    Lease mthreads-scheduler, and the authentication reader kube-scheduler's /healthz needs."""
+    bound to kube-scheduler's built-in roles alone: beyond them, the Lease mthreads-scheduler
+    and the authentication reader kube-scheduler's /healthz needs. The requeue's pods/status
+    patch, which the chart names for the extender, is one of the built-in rights."""
     ours = rules_of(cluster, SCHEDULER_SA, namespace)
     builtin = rules_of(cluster, "system:serviceaccount:{}:{}".format(*REFERENCE_SCHEDULER), namespace)
     assert ("pods/binding", "", "create") in builtin  # the extender's bind needs nothing of ours
+    assert ("pods/status", "", "patch") in ours and ("pods", "", "patch") not in ours
     assert ours - builtin == added
     assert builtin <= ours
 
@@ -254,3 +262,28 @@ def test_the_service_accounts_exist_and_the_webhook_mounts_no_token(cluster):
     webhook = yaml.safe_load(kubectl(cluster, ADMIN, "get", "serviceaccount", "mthreads-webhook",
                                      "-n", "kube-system", "-o", "yaml").stdout)
     assert webhook.get("automountServiceAccountToken") is False
+
+
+def test_the_extenders_requeue_is_written_with_the_manifests_rights_alone(cluster, tmp_path):
+    """The extender's requeue write (kube.pods.patch_pod_status, the merge patch it sends) as
+    mthreads-scheduler, with a token of that ServiceAccount and the manifests' RBAC: the API
+    server takes the annotation through pods/status; the same patch of the pod is refused."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "requeued", "namespace": "other"},
+           "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "c", "image": "busybox"}]}}
+    created = kubectl(cluster, ADMIN, "create", "-f", "-", "-o", "json", stdin=json.dumps(pod))
+    assert created.returncode == 0, created.stderr
+    uid = json.loads(created.stdout)["metadata"]["uid"]
+    api = Api.from_kubeconfig(str(service_account_kubeconfig(cluster, "kube-system", "mthreads-scheduler",
+                                                             tmp_path)))
+    patch = {"metadata": {"uid": uid, "annotations": {REQUEUES: "1"}}}
+
+    async def writes():
+        of_pod = await api.call("PATCH", "/api/v1/namespaces/other/pods/requeued", body=patch,
+                                content_type="application/merge-patch+json")
+        return await patch_pod_status(api, "other", "requeued", patch), of_pod.status
+
+    (status, message), of_pod = asyncio.run(writes())
+    assert status == 200, message
+    assert of_pod == 403  # RBAC: no patch of pods
+    stored = json.loads(kubectl(cluster, ADMIN, "get", "pod", "requeued", "-n", "other", "-o", "json").stdout)
+    assert stored["metadata"]["annotations"][REQUEUES] == "1"

@@ -34,7 +34,7 @@ from typing import Awaitable, Callable, TypeVar
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
-from ..kube.pods import patch_pod, post_binding, read_pod
+from ..kube.pods import patch_pod_status, post_binding, read_pod
 from ..kube.reporter import warn_node
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import READ
@@ -144,8 +144,8 @@ class Extender:
         # the uid: a pod made since under the same name is not touched (the API server refuses
         # to change a uid)
         patch = {"metadata": {"uid": meta.get("uid"), "annotations": {keys.REQUEUES: str(count)}}}
-        status, message = await patch_pod(self.api, meta.get("namespace"), meta.get("name"),
-                                          patch)
+        status, message = await patch_pod_status(self.api, meta.get("namespace"),
+                                                 meta.get("name"), patch)
         if status is not None and 200 <= status < 300:
             log.info("requeued %s (%d): no room on the nodes kube-scheduler offered, room on %s",
                      who, count, elsewhere)

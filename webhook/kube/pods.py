@@ -1,4 +1,5 @@
-"""The pod requests both front-ends make: the pods/binding write, a fresh read, a merge patch."""
+"""The pod requests both front-ends make: the pods/binding write, a fresh read, a merge patch
+of pods/status."""
 
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ async def read_pod(api: Api, namespace: str, name: str) -> tuple[int, dict | Non
     return reply.status, reply.body if reply.ok else None
 
 
-async def patch_pod(api: Api, namespace: str, name: str, patch: dict) -> tuple[int | None, str]:
-    """A JSON merge patch of a pod: (HTTP status, message); status None: the API server was not
-    reached."""
+async def patch_pod_status(api: Api, namespace: str, name: str,
+                           patch: dict) -> tuple[int | None, str]:
+    """A JSON merge patch of a pod's status subresource: (HTTP status, message); status None:
+    the API server was not reached. The API server takes the metadata of a status write (its
+    annotations too) and keeps the spec, so this needs pods/status patch, not the pods patch
+    that could rewrite any pod (kube-scheduler's own role holds it)."""
     try:
-        reply = await api.call("PATCH", _pod_path(namespace, name), body=patch,
+        reply = await api.call("PATCH", _pod_path(namespace, name) + "/status", body=patch,
                                content_type="application/merge-patch+json")
     except ApiError as e:
         return None, str(e)

@@ -28,6 +28,12 @@ app.kubernetes.io/component: {{ . }}
 {{ .Values.allocator.user | default (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "hami.binderAccount" .)) }}
 {{- end }}
 
+{{/* "true" where namespaces are exempt by name: from 1.21 the API server labels every namespace
+kubernetes.io/metadata.name with its name, and nobody can change it. Empty before. */}}
+{{- define "hami.exemptByName" -}}
+{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- end }}
+
 {{/* Which namespaces the webhook entries see. From 1.21 the API server labels every namespace
 kubernetes.io/metadata.name with its name, and nobody can change it: the exempt namespaces
 are left out by name (webhook.exemptNamespaces and the release's). Before 1.21 there is no such
@@ -36,7 +42,7 @@ can set. webhook.namespaceSelector narrows either further. */}}
 {{- define "hami.namespaceSelector" -}}
 {{- $w := .Values.webhook -}}
 {{- $expressions := list -}}
-{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version }}
+{{- if include "hami.exemptByName" . }}
 {{- $exempt := uniq (append $w.exemptNamespaces .Release.Namespace) -}}
 {{- $expressions = append $expressions (dict "key" "kubernetes.io/metadata.name" "operator" "NotIn" "values" $exempt) -}}
 {{- else }}
