@@ -179,3 +179,30 @@ def ephemeral_update(p: dict, debug: dict, legacy: bool = False) -> dict:
     new = copy.deepcopy(p)
     new["spec"]["ephemeralContainers"] = [debug]
     return review(new, "UPDATE", p, sub_resource="ephemeralcontainers")
+
+
+class Raising(dict):
+    """A part of an object that raises whenever it is read (issue 46: an object whose
+    decision or indexing raises, without depending on any one parser's bug)."""
+
+    def _raise(self, *args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    __getitem__ = get = items = keys = values = __iter__ = __contains__ = _raise
+
+    def __bool__(self) -> bool:  # not an empty dict: `x or {}` reads it
+        return True
+
+    def __deepcopy__(self, memo) -> "Raising":
+        return Raising()
+
+
+def raising(obj: dict, part: str = "resources") -> dict:
+    """A copy of a pod or node that raises when `part` is read: "resources" (a pod's first
+    container's), "status" (a node's), "metadata" (any: not even its name reads)."""
+    out = copy.deepcopy(obj)
+    if part == "resources":
+        out["spec"]["containers"][0]["resources"] = Raising()
+    else:
+        out[part] = Raising()
+    return out

@@ -10,10 +10,9 @@ from tests.builders import mt_node, sched_pod, slice_
 from tests.harness.app_client import AppClient
 from tests.harness.fake_api import AsyncFakeApi, FakeApi
 from webhook.config import parse_config
-from webhook.extender.app import READY_WAIT, ExtenderApp
+from webhook.extender.app import READY_WAIT
 from webhook.extender.cache import WAITING, Cache
-from webhook.extender.verbs import Extender
-from webhook.observe.hami_metrics import metrics_page
+from webhook.extender.main import app_over
 from webhook.scheduling.cache import STORAGE_KINDS
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
@@ -46,9 +45,7 @@ def no_storage(cache: Cache) -> None:
 def extender_client(cache: Cache, api: FakeApi | None = None, config=CONFIG,
                     ready_wait: float = READY_WAIT) -> AppClient:
     """A client of the extender app (app.py) over `cache`, binding through `api`."""
-    ext = Extender(config, cache, AsyncFakeApi(api or FakeApi()))
-    metrics = metrics_page(cache.core.snapshot)
-    return AppClient(ExtenderApp(ext, metrics, ready_wait=ready_wait))
+    return AppClient(app_over(config, cache, AsyncFakeApi(api or FakeApi()), ready_wait))
 
 
 def pending(api, p):

@@ -488,3 +488,12 @@ def list_pods(api_client, namespace: str) -> list[dict]:
     """The namespace's pods as plain JSON (no typed models)."""
     resp = kubernetes.client.CoreV1Api(api_client).list_namespaced_pod(namespace, _preload_content=False)
     return json.loads(resp.data)["items"]
+
+
+def warning_events(api_client, namespace: str, name: str) -> list[tuple[str, str]]:
+    """(reason, message) of the Warning events about the object `name` in `namespace` (a
+    node's are in `default`)."""
+    resp = kubernetes.client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},type=Warning",
+        _preload_content=False)
+    return [(e["reason"], e["message"]) for e in json.loads(resp.data)["items"]]

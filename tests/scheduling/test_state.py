@@ -104,7 +104,9 @@ def test_in_order_yields_every_node_with_room_once_in_policy_order(policy, least
     state.remove("u1")
     check()
     check(other)
-    state.replace_nodes([mt_node(f"m{i}", 2, 96) for i in range(3)])  # a relist
+    state.clear_nodes()  # a relist
+    for i in range(3):
+        state.set_node(mt_node(f"m{i}", 2, 96))
     check()
     check(other)
 

@@ -8,6 +8,10 @@ queue (scheduling/queue.py: the order and each pod's backoff). Every API call ru
 on the I/O loop's thread (kube/io_loop.py): the watches, the bindings and the re-reads of pods
 whose binding outcome is unknown (the binder's), whose outcomes come back through the same
 event queue as the watch events, and the reports on unschedulable pods (the reporter's).
+
+No object stops the loop (issue 46): an event whose object raises while applied, and a pod
+whose decision raises, are told of (observe/object_errors.py) and skipped; such a pod is
+backed off as one that did not fit, and the other pods are decided and bound.
 """
 
 from __future__ import annotations
@@ -27,19 +31,22 @@ from ..kube.binder import Binder, BindOutcome, ReadOutcome
 from ..kube.informer import Informer, watch_cluster
 from ..kube.leader import LeaderElector
 from ..kube.reporter import Reporter
+from ..observe.object_errors import DECIDE, INDEX, ObjectErrors
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import DROPPED, READ, STORAGE_KINDS, Phase, SchedulerCache
 from ..scheduling.decide import NoFit, Placement, place
 from ..scheduling.node_annotations import WARNING_REASON, IgnoredEntries
+from ..scheduling.object_errors import ObjectError, object_error
 from ..scheduling.pod_status import LIVE_PODS, is_bound, is_finished, uid_of
-from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue
+from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue, queue_order
 from ..scheduling.request import request_of
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 REREAD_EVERY = 1.0  # seconds between re-reads of one pod whose binding outcome is unknown
+LOOP_PAUSE = 1.0  # seconds the loop waits after a pass that raised outside any one object
 
 
 class Allocator:
@@ -52,6 +59,7 @@ class Allocator:
         self.clock = time.monotonic  # of the retry times (a test's own clock)
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
         self.reporter = Reporter(api, config.scheduler_name, identity)
+        self.errors = ObjectErrors("allocator", metrics.registry, self.reporter.warning)
         self.events: queue.Queue = queue.Queue()
         self.binder = Binder(api, self.events, leader.holds, bind_threads)
         self.session = 0
@@ -96,33 +104,63 @@ class Allocator:
 
     # events
     def _apply(self, session: int, kind: str, event: str, obj) -> None:
+        """One event, its object's failure told of and skipped (the cache's own, and what
+        raises here after it)."""
         if kind == BIND_OUTCOME:
             self.binder.applied()
         if session != self.session:
             return  # from a session that ended
+        try:
+            failed = self._take(kind, event, obj)
+        except Exception as e:
+            failed = [object_error("pod" if kind in (BIND_OUTCOME, READ_OUTCOME) else kind,
+                                   _pod_of(kind, obj), e)]
+        told: set[tuple[str, str, str]] = set()
+        for err in failed:  # a pod the cache and the queue both refused is told of once
+            if (err.kind, err.name, err.uid) not in told:
+                told.add((err.kind, err.name, err.uid))
+                self.errors.report(INDEX, err)
+
+    def _take(self, kind: str, event: str, obj) -> list[ObjectError]:
         if kind == BIND_OUTCOME:
             self._bind_outcome(obj)
-        elif kind == READ_OUTCOME:
+            return []
+        if kind == READ_OUTCOME:
             self._read_outcome(obj)
-        else:
-            self.cache.apply(kind, event, obj)
+            return []
+        failed = self.cache.apply(kind, event, obj)
+        try:
             if kind == "pod":
-                self._route_pod(event, obj)
+                failed += self._route_pod(event, obj)
             elif kind == "node":
                 for said in self.ignored.seen(event, obj):
                     log.warning("node %s: %s", said.node, said.message)
                     self.reporter.node_warning(said.node, said.uid, WARNING_REASON, said.message)
+        except Exception as e:  # after the cache has it: its own failures are told of too
+            failed.append(object_error(kind, obj, e))
+        return failed
 
-    def _route_pod(self, event: str, obj) -> None:
+    def _route_pod(self, event: str, obj) -> list[ObjectError]:
         """A pod event, after the cache has it: a pending pod of ours waits in the queue (not
-        while we are binding it: an event older than our binding)."""
-        if event == "RESET":
-            self.queue.relist([p for p in obj if not is_bound(p) and not is_finished(p)
-                               and not self.cache.is_assumed(uid_of(p))])
-        elif event == "DELETED" or is_bound(obj) or is_finished(obj):
-            self._settled(uid_of(obj))
-        elif not self.cache.is_assumed(uid_of(obj)):
-            self.queue.upsert(obj)
+        while we are binding it: an event older than our binding). Returns the pods of a
+        list that raised (the others are queued)."""
+        if event != "RESET":
+            if event == "DELETED" or is_bound(obj) or is_finished(obj):
+                self._settled(uid_of(obj))
+            elif not self.cache.is_assumed(uid_of(obj)):
+                queue_order(obj)  # what the queue reads of each pod to order them all
+                self.queue.upsert(obj)
+            return []
+        waiting, failed = [], []
+        for p in obj:
+            try:
+                if not is_bound(p) and not is_finished(p) and not self.cache.is_assumed(uid_of(p)):
+                    queue_order(p)
+                    waiting.append(p)
+            except Exception as e:
+                failed.append(object_error("pod", p, e))
+        self.queue.relist(waiting)
+        return failed
 
     def _drain(self, wait: float) -> None:
         try:
@@ -151,7 +189,11 @@ class Allocator:
             pod = self.queue.get(uid)
             if pod is None:  # gone or bound while we waited
                 continue
-            bound += self.attempt(pod)
+            try:
+                bound += self.attempt(pod)
+            except Exception as e:  # this pod's: told of, backed off; the others go on
+                self._failed(uid)
+                self.errors.report(DECIDE, object_error("pod", pod, e))
             self._drain(0)  # keep the state current between decisions
         return bound
 
@@ -184,9 +226,13 @@ class Allocator:
             return 0
         body = binding_body(meta["namespace"], meta["name"], meta["uid"], p, time.time_ns(),
                             with_annotations=mthreads)
-        self.queue.remove(meta["uid"])
         self.cache.assume(p.share, meta["namespace"], meta["name"])
-        self.binder.submit(self.session, body, (pod, p))
+        try:
+            self.binder.submit(self.session, body, (pod, p))
+        except Exception:
+            self.cache.forget(p.share)  # nothing will be written: the cards are free again
+            raise
+        self.queue.remove(meta["uid"])
         return 1
 
     def _bind_outcome(self, o: BindOutcome) -> None:
@@ -259,12 +305,25 @@ class Allocator:
                 self.leader.changed.wait(0.5)
                 self.leader.changed.clear()
                 continue
-            self._drain(0.2)
-            if self.cache.ready:
-                self.schedule_pass()
-                if time.monotonic() - last_gauges > 5:
-                    self.update_gauges()
-                    last_gauges = time.monotonic()
+            try:
+                self._drain(0.2)
+                if self.cache.ready:
+                    self.schedule_pass()
+                    if time.monotonic() - last_gauges > 5:
+                        self.update_gauges()
+                        last_gauges = time.monotonic()
+            except Exception:  # not one object's (those are caught where they are applied)
+                log.exception("decision loop: a pass raised; going on in %.0f s", LOOP_PAUSE)
+                self.stop.wait(LOOP_PAUSE)
         self._end_session()
         self.binder.shutdown()
         self.reporter.stop()
+
+
+def _pod_of(kind: str, obj) -> object:
+    """The pod an event is about: a binding's or a read's outcome names its pod."""
+    if kind == BIND_OUTCOME:
+        return obj.context[0]  # as submitted in bind()
+    if kind == READ_OUTCOME:
+        return obj.pod or {"metadata": {"uid": obj.uid}}
+    return obj

@@ -28,6 +28,7 @@ from ..kube.informer import STORAGE_WATCHES
 from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
 from ..scheduling.decide import Placement
 from ..scheduling.node_annotations import Ignored, IgnoredEntries
+from ..scheduling.object_errors import ObjectError, object_error
 from ..scheduling.pod_status import BOUND_LIVE_PODS, uid_of, waiting_for
 from ..scheduling.preemption import victims_on
 from ..scheduling.request import PodAsk
@@ -67,26 +68,42 @@ class Cache:
         """Whether everything is listed, waiting up to `timeout` seconds for it."""
         return self.synced.wait(timeout)
 
-    def apply(self, kind: str, event: str, obj) -> None:
+    def apply(self, kind: str, event: str, obj) -> list[ObjectError]:
+        """A watch's event; returns the objects that raised while applied (the others are)."""
         if kind == WAITING:
-            self._apply_waiting(event, obj)
+            failed = self._apply_waiting(event, obj)
         else:
-            self.core.apply(kind, event, obj)
+            failed = self.core.apply(kind, event, obj)
             if kind == "node":
-                self._to_tell += self._ignored.seen(event, obj)
+                try:
+                    self._to_tell += self._ignored.seen(event, obj)
+                except Exception as e:  # the nodes are applied; their warnings wait for the next
+                    failed.append(object_error("node", obj, e))
         if not self.synced.is_set() and self.core.ready:
             self.synced.set()
+        return failed
 
-    def _apply_waiting(self, event: str, obj) -> None:
+    def _apply_waiting(self, event: str, obj) -> list[ObjectError]:
+        failed = []
+        if event == "RESET":
+            waiting = {}
+            for p in obj:
+                try:
+                    waiting[uid_of(p)] = p
+                except Exception as e:
+                    failed.append(object_error("pod", p, e))
+            with self._waiting_lock:
+                self._waiting = waiting
+            return failed
+        uid = uid_of(obj)
         with self._waiting_lock:
-            if event == "RESET":
-                self._waiting = {uid_of(p): p for p in obj}
-            elif event == "DELETED":  # gone, or out of the selector: bound, finished
-                self._waiting.pop(uid_of(obj), None)
+            if event == "DELETED":  # gone, or out of the selector: bound, finished
+                self._waiting.pop(uid, None)
             else:
-                self._waiting[uid_of(obj)] = obj
+                self._waiting[uid] = obj
         if event == "DELETED":
-            self.core.release(uid_of(obj))  # a reservation the bind did not take has no use now
+            self.core.release(uid)  # a reservation the bind did not take has no use now
+        return failed
 
     def to_tell(self) -> list[Ignored]:
         """The nodes to warn about since the last call (the watch's loop only)."""

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Callable
 
 import uvloop
+from prometheus_client import CollectorRegistry
 
 from ..bind_address import listen_address
 from ..cli.early_listen import take
@@ -30,7 +31,7 @@ from ..config import Config
 from ..kube.api import Api
 from ..kube.informer import Informer
 from ..observe.hami_metrics import metrics_page
-from .app import ExtenderApp
+from .app import READY_WAIT, ExtenderApp
 from .cache import Cache
 from .http_server import HttpServer
 from .verbs import Extender
@@ -47,7 +48,14 @@ GC_YOUNG = 20_000  # allocations between young collections (Python's default: 70
 def build(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
     """The extender app over its cache, whose watches `answer_until_stopped` runs on its loop."""
     cache = Cache(config)
-    return ExtenderApp(Extender(config, cache, api), metrics_page(cache.core.snapshot)), cache
+    return app_over(config, cache, api), cache
+
+
+def app_over(config: Config, cache: Cache, api, ready_wait: float = READY_WAIT) -> ExtenderApp:
+    """The extender app on `cache`, its /metrics with the count of objects that raised."""
+    registry = CollectorRegistry()
+    return ExtenderApp(Extender(config, cache, api, registry),
+                       metrics_page(cache.core.snapshot, registry), ready_wait=ready_wait)
 
 
 async def answer_until_stopped(application: ExtenderApp, cache: Cache, sock: socket.socket,
@@ -61,7 +69,7 @@ async def answer_until_stopped(application: ExtenderApp, cache: Cache, sock: soc
         await server.start(listening)
     ext = application.ext
     watches = [asyncio.ensure_future(Informer(ext.api, kind, path, selector,
-                                              partial(cache.apply, kind)).run())
+                                              partial(ext.index, kind)).run())
                for kind, path, selector in cache.watched()]
     watches.append(asyncio.ensure_future(ext.tend()))
     freeze = asyncio.ensure_future(_freeze_when_listed(cache.wait_ready))

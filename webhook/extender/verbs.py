@@ -20,6 +20,11 @@ that does not exist under that uid, is bound already or waits for another schedu
 error and nothing is reserved or written for it; what the body says of the pod's containers or
 annotations is never read. A bind checks the node's own rules (taints, selector, affinity,
 readiness) again: a binding skips all of kube-scheduler's checks.
+
+No pod stops the others (issue 46): a verb whose pod raises while decided answers that pod
+with an error saying what raised (kube-scheduler backs the pod off), and a watched object that
+raises while indexed is skipped; each is told of (observe/object_errors.py: a log line, a
+Warning event sent by `tend`, the counter on /metrics).
 """
 
 from __future__ import annotations
@@ -29,19 +34,25 @@ import logging
 import math
 import socket
 import time
+from collections import deque
 from typing import Awaitable, Callable, TypeVar
+
+from prometheus_client import CollectorRegistry
 
 from .. import annotations as keys
 from ..cards import Fleet
 from ..config import Config
 from ..kube.pods import patch_pod_status, post_binding, read_pod
-from ..kube.reporter import warn_node
+from ..kube.reporter import warn_node, warn_object
+from ..observe.object_errors import INDEX, ObjectErrors
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import READ
 from ..scheduling.decide import Placement
 from ..scheduling.node_annotations import WARNING_REASON
+from ..scheduling.object_errors import object_error
 from ..scheduling.request import request_of
 from . import wire
+from .cache import WAITING
 
 log = logging.getLogger("webhook.extender")
 
@@ -53,12 +64,26 @@ T = TypeVar("T")
 
 class Extender:
     """`source`: the cache (cache.Cache); `api`: the API client (kube.api.Api, or a fake) for
-    the binds and the reads they need, made on the event loop that serves the verbs."""
+    the binds and the reads they need, made on the event loop that serves the verbs;
+    `registry`: where the count of objects that raised is exposed (/metrics)."""
 
-    def __init__(self, config: Config, source, api):
+    def __init__(self, config: Config, source, api, registry: CollectorRegistry | None = None):
         self.config, self.source, self.api = config, source, api
         self.fleet = Fleet.of(config.mthreads.memory_per_card)
         self.requeues: set[asyncio.Task] = set()  # the requeue writes under way
+        self.warnings: deque[tuple[dict, str, str]] = deque()  # events `tend` sends
+        self.errors = ObjectErrors("extender", registry or CollectorRegistry(),
+                                   lambda *warning: self.warnings.append(warning))
+
+    def index(self, kind: str, event: str, obj) -> None:
+        """A watch's event (the watches' `emit`): applied to the cache, each object that
+        raises told of and skipped."""
+        try:
+            failed = self.source.apply(kind, event, obj)
+        except Exception as e:  # beside the cache's own boundary: the waiting pods, the nodes'
+            failed = [object_error("pod" if kind == WAITING else kind, obj, e)]
+        for err in failed:
+            self.errors.report(INDEX, err)
 
     def synced(self) -> bool:
         return self.source.ready()  # no wait: Event.wait(0) takes a lock, three times a call
@@ -67,7 +92,8 @@ class Extender:
         args = wire.extender_args(body)
         if not self.synced():
             return wire.filter_error(NOT_SYNCED)
-        return self._for_pod(args.pod, lambda pod: self._filter(args, pod), wire.filter_error)
+        return self._for_pod("filter", args.pod, lambda pod: self._filter(args, pod),
+                             wire.filter_error)
 
     def _filter(self, args: wire.ExtenderArgs, pod: dict) -> dict:
         ask = request_of(pod, self.config, self.fleet)
@@ -85,23 +111,35 @@ class Extender:
         return wire.filter_result(args, [chosen.node] if chosen else [], failed)
 
     # the pod a call names, as the API server holds it
-    def _for_pod(self, claimed: dict, answer: Callable[[dict], T],
+    def _for_pod(self, verb: str, claimed: dict, answer: Callable[[dict], T],
                  refuse: Callable[[str], T]) -> T | Awaitable[T]:
         """`answer(pod)` for the API server's pod that `claimed` (a body's pod) names, at
         once when the watch shows it waiting for us, else after a read; `refuse(why)` when
-        there is no such pod waiting for us."""
+        there is no such pod waiting for us, or when `answer` raised (told of as `verb`'s)."""
         name = wire.pod_name(claimed)
         if isinstance(name, str):
             return refuse(name)
         pod = self.source.waiting_pod(*name)
         if pod is not None:
-            return answer(pod)
-        return self._read_then(name, answer, refuse)
+            return self._answered(verb, pod, answer, refuse)
+        return self._read_then(verb, name, answer, refuse)
 
-    async def _read_then(self, name: tuple[str, str, str], answer: Callable[[dict], T],
-                         refuse: Callable[[str], T]) -> T:
+    async def _read_then(self, verb: str, name: tuple[str, str, str],
+                         answer: Callable[[dict], T], refuse: Callable[[str], T]) -> T:
         pod = await self._read_pod(*name)
-        return refuse(pod) if isinstance(pod, str) else answer(pod)
+        return refuse(pod) if isinstance(pod, str) else self._answered(verb, pod, answer, refuse)
+
+    def _answered(self, verb: str, pod: dict, answer: Callable[[dict], T],
+                  refuse: Callable[[str], T]) -> T:
+        try:
+            return answer(pod)
+        except Exception as e:  # this pod's: told of, and answered with what raised
+            return refuse(self._raised(verb, pod, e))
+
+    def _raised(self, verb: str, pod: dict, e: Exception) -> str:
+        """Tell of a pod whose `verb` raised; the answer's error."""
+        err = object_error("pod", pod, e)
+        return f"{err.who}: {self.errors.report(verb, err)}"
 
     async def _read_pod(self, namespace: str, name: str, uid: str) -> dict | str:
         return self._checked(namespace, name, uid, *await read_pod(self.api, namespace, name))
@@ -156,7 +194,7 @@ class Extender:
         args = wire.preemption_args(body)
         if not self.synced():
             return wire.preemption_result({})
-        return self._for_pod(args.pod, lambda pod: self._preempt(args, pod),
+        return self._for_pod("preempt", args.pod, lambda pod: self._preempt(args, pod),
                              lambda why: wire.preemption_result({}))
 
     def _preempt(self, args: wire.PreemptionArgs, pod: dict) -> dict:
@@ -175,7 +213,8 @@ class Extender:
         zeros = wire.priority_list([(n, 0) for n in args.node_names])
         if not self.synced():
             return zeros
-        return self._for_pod(args.pod, lambda pod: self._prioritize(args, pod), lambda why: zeros)
+        return self._for_pod("prioritize", args.pod, lambda pod: self._prioritize(args, pod),
+                             lambda why: zeros)
 
     def _prioritize(self, args: wire.ExtenderArgs, pod: dict) -> list[dict]:
         ask = request_of(pod, self.config, self.fleet)
@@ -183,9 +222,16 @@ class Extender:
 
     async def bind(self, body) -> dict:
         b = wire.binding_args(body)
-        who = f"{b.namespace}/{b.name}"
         if not self.synced():
             return wire.binding_result(NOT_SYNCED)
+        try:
+            return await self._bind(b)
+        except Exception as e:  # this pod's: told of, and answered with what raised
+            named = {"metadata": {"namespace": b.namespace, "name": b.name, "uid": b.uid}}
+            return wire.binding_result(self._raised("bind", named, e))
+
+    async def _bind(self, b: wire.BindingArgs) -> dict:
+        who = f"{b.namespace}/{b.name}"
         reserved = self.source.take_reservation(b.uid, b.namespace, b.name, b.node,
                                                 time.monotonic())
         if isinstance(reserved, str):
@@ -221,9 +267,18 @@ class Extender:
 
     async def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
         who = f"{b.namespace}/{b.name}"
-        body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(), with_annotations=mthreads)
-        status, message = await post_binding(self.api, body)
         core = self.source.core
+        try:
+            body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(),
+                                with_annotations=mthreads)
+        except Exception:
+            core.forget(p.share)  # nothing is written: the cards are free again
+            raise
+        try:
+            status, message = await post_binding(self.api, body)
+        except Exception:
+            core.binding_unknown(p.share)  # it may have been written: held until a read tells
+            raise
         if status is None:
             # it may have happened: keep the share counted until a read tells
             core.binding_unknown(p.share)
@@ -247,21 +302,36 @@ class Extender:
         return self.source.core.resolved(uid, *await read_pod(self.api, namespace, name))
 
     async def tend(self) -> None:
-        """Until cancelled, on the event loop: release the reservations whose time is up
-        and warn about nodes whose annotations had entries ignored (every half second), and
-        read again the pods whose binding outcome is unknown (every RESOLVE_EVERY seconds)."""
+        """Until cancelled, on the event loop: release the reservations whose time is up,
+        warn about nodes whose annotations had entries ignored and send the events of the
+        objects that raised (every half second), and read again the pods whose binding
+        outcome is unknown (every RESOLVE_EVERY seconds). A round that raises is logged; the
+        next one comes all the same."""
         last_read = time.monotonic()
         while True:
             await asyncio.sleep(0.5)
-            self.source.core.expire(time.monotonic())
-            for said in self.source.to_tell():
-                log.warning("node %s: %s", said.node, said.message)
-                await warn_node(self.api, said.node, said.uid, WARNING_REASON, said.message,
-                                self.config.scheduler_name, socket.gethostname())
-            if time.monotonic() - last_read >= RESOLVE_EVERY:
+            reread = time.monotonic() - last_read >= RESOLVE_EVERY
+            if reread:
                 last_read = time.monotonic()
-                for uid, namespace, name in self.source.core.uncertain():
-                    await self.reread(uid, namespace, name)
+            try:
+                await self._tend(reread)
+            except Exception:  # not one pod's (a re-read's failure is told of as its pod's)
+                log.exception("tending the reservations; going on")
+
+    async def _tend(self, reread: bool) -> None:
+        self.source.core.expire(time.monotonic())
+        me = self.config.scheduler_name, socket.gethostname()
+        for said in self.source.to_tell():
+            log.warning("node %s: %s", said.node, said.message)
+            await warn_node(self.api, said.node, said.uid, WARNING_REASON, said.message, *me)
+        while self.warnings:
+            await warn_object(self.api, *self.warnings.popleft(), *me)
+        for uid, namespace, name in self.source.core.uncertain() if reread else ():
+            try:
+                await self.reread(uid, namespace, name)
+            except Exception as e:
+                named = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
+                self.errors.report(INDEX, object_error("pod", named, e))
 
 
 def _count(value) -> int:

@@ -1,10 +1,12 @@
 """Events: FailedScheduling without spam (one Event per pod and message, its count kept up to
-date at most every REFRESH_SECONDS while the pod keeps failing the same way), and the one
-shape of every Event the programs write (`event_body`)."""
+date at most every REFRESH_SECONDS while the pod keeps failing the same way), other warnings
+at most once a while per object (`Throttle`), and the one shape of every Event the programs
+write (`event_body`)."""
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -45,6 +47,26 @@ class EventBook:
 
     def forget(self, uid: str) -> None:
         self.by_pod.pop(uid, None)
+
+
+class Throttle:
+    """At most one event per key every `every` seconds (one object that fails again and
+    again is told of once in that time); at most `size` keys kept, the oldest dropped first."""
+
+    def __init__(self, every: float, size: int = 4096):
+        self.every, self.size = every, size
+        self._last: OrderedDict[object, float] = OrderedDict()
+
+    def due(self, key: object, now: float) -> bool:
+        """Whether an event for `key` may be sent now (if so, it counts as sent)."""
+        last = self._last.get(key)
+        if last is not None and now - last < self.every:
+            return False
+        self._last[key] = now
+        self._last.move_to_end(key)
+        while len(self._last) > self.size:
+            self._last.popitem(last=False)
+        return True
 
 
 def now_text() -> str:

@@ -123,8 +123,18 @@ class Informer:
         items, rv = listed(await self.api.call("GET", self.path, query(self.field_selector,
                                                                        list_from=list_from),
                                                timeout=30), self.kind)
-        self.emit("RESET", items)
+        self._hand_on("RESET", items)
         return rv
+
+    def _hand_on(self, event: str, obj) -> None:
+        """`emit` one event. A receiver that raises loses that event alone: logged, naming the
+        object, and the list or the watch goes on (the front-ends catch per object before
+        this; a list that raised here once killed its informer, a watch event broke the watch)."""
+        try:
+            self.emit(event, obj)
+        except Exception as e:
+            log.warning("watch %s: %s of %s not applied: %s: %s", self.kind, event, _named(obj),
+                        type(e).__name__, e)
 
     async def _watch(self, rv: str) -> str | None:
         """The resourceVersion to resume from, or None to relist."""
@@ -138,7 +148,7 @@ class Informer:
                 return False
             rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
             if kind != "BOOKMARK":
-                self.emit(kind, obj)
+                self._hand_on(kind, obj)
             return True
 
         try:
@@ -146,13 +156,24 @@ class Informer:
                                          self.read_timeout, on_line)
         except ApiError:
             raise
-        except Exception as e:  # an event the receiver could not take: resume after the last one
+        except Exception as e:  # a line that is not an event: resume after the last one
             raise ApiError(f"watch {self.kind} broke: {type(e).__name__}") from None
         if gone or reply.status == 410:
             return None
         if reply.status != 200:
             raise ApiError(f"watch {self.kind}: {reply.message()}")
         return rv
+
+
+def _named(obj: object) -> str:
+    """`namespace/name (uid ...)` of a watched object, or what the list holds."""
+    if isinstance(obj, list):
+        return f"a list of {len(obj)}"
+    try:
+        meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+        return f"{meta.get('namespace')}/{meta.get('name')} (uid {meta.get('uid')})"
+    except Exception:  # an object whose metadata raises names nothing
+        return "an unnamed object"
 
 
 # (kind, path) of the watches of the volumes a pod's claims name

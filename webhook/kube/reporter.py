@@ -29,18 +29,27 @@ def _says_unschedulable(pod: dict, message: str) -> bool:
     return False
 
 
-async def warn_node(api: Api, node: str, uid: str, reason: str, message: str, component: str,
-                    instance: str) -> None:
-    """Post a Warning event on a node (`kubectl describe node` shows it); a refusal is logged."""
-    body = event_body({"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
-                      reason, message, component, instance)
+async def warn_object(api: Api, involved: dict, reason: str, message: str, component: str,
+                      instance: str) -> None:
+    """Post a Warning event on `involved` (an event's involvedObject: `kubectl describe` of the
+    object shows it); a refusal is logged."""
+    body = event_body(involved, reason, message, component, instance)
+    what = f"{involved['kind'].lower()} {involved['name']}"
     try:
-        reply = await api.call("POST", "/api/v1/namespaces/default/events", body=body)
+        reply = await api.call("POST", f"/api/v1/namespaces/{body['metadata']['namespace']}/events",
+                               body=body)
     except ApiError as e:
-        log.warning("event for node %s: %s", node, e)
+        log.warning("event for %s: %s", what, e)
         return
     if not reply.ok:
-        log.warning("event for node %s: %s", node, reply.message())
+        log.warning("event for %s: %s", what, reply.message())
+
+
+async def warn_node(api: Api, node: str, uid: str, reason: str, message: str, component: str,
+                    instance: str) -> None:
+    """A Warning event on a node (in `default`, as the kubelet's)."""
+    await warn_object(api, {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid},
+                      reason, message, component, instance)
 
 
 class Reporter:
@@ -156,6 +165,11 @@ class Reporter:
         """A Warning event on a node, written on the I/O loop (not queued with the pods')."""
         self.io.submit(warn_node(self.api, node, uid, reason, message, self.component,
                                  self.instance))
+
+    def warning(self, involved: dict, reason: str, message: str) -> None:
+        """A Warning event on any object (an event's involvedObject), as `node_warning`."""
+        self.io.submit(warn_object(self.api, involved, reason, message, self.component,
+                                   self.instance))
 
     async def _patch_event(self, ns: str, uid: str) -> None:
         t = self.book.by_pod[uid]

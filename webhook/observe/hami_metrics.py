@@ -92,11 +92,12 @@ class HamiCollector(Collector):
         return []  # the families are made on each scrape; nothing to check at registration
 
 
-def metrics_page(snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]]) -> Callable[[], tuple]:
-    """A Flask view for GET /metrics with HAMi's families (for the extender, whose app has no
-    registry of its own)."""
+def metrics_page(snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]],
+                 registry=None) -> Callable[[], tuple]:
+    """A view for GET /metrics with HAMi's families (for the extender, whose app has no
+    registry of its own), beside what `registry` holds already (None: nothing)."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
-    registry = CollectorRegistry()
+    registry = registry or CollectorRegistry()
     registry.register(HamiCollector(snapshot))
     return lambda: (generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST})

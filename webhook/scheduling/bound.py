@@ -77,13 +77,19 @@ class BoundPods:
         self._pods: dict[str, BoundPod] = {}
 
     def seen(self, pod: JsonObject) -> None:
-        uid = (pod.get("metadata") or {}).get("uid", "")
-        held = bound_pod(pod)
+        self.put((pod.get("metadata") or {}).get("uid", ""), bound_pod(pod))
+
+    def put(self, uid: str, held: BoundPod | None) -> None:
+        """The pod `uid` now holds `held` (its `bound_pod`; None: nothing)."""
         with self._lock:
             if held is None:
                 self._pods.pop(uid, None)
             else:
                 self._pods[uid] = held
+
+    def get(self, uid: str) -> BoundPod | None:
+        with self._lock:
+            return self._pods.get(uid)
 
     def gone(self, uid: str) -> None:
         with self._lock:

@@ -42,12 +42,13 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar, cast
 from .. import annotations as keys
 from ..config import MthreadsConfig
 from ..json_types import JsonObject
-from .bound import BoundPod, BoundPods
+from .bound import BoundPod, BoundPods, bound_pod
 from .decide import Placement
+from .object_errors import ObjectError, object_error
 from .one_copy import one_copy
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
-from .shares import PodShare, share_of
+from .shares import PodShare, share_of, unread_share
 from .state import CardUsage, ClusterState, NodeInfo
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,14 @@ class Snapshot(NamedTuple):
     bound: tuple[BoundPod, ...]
 
 
+class _Before(NamedTuple):
+    """What a relist of pods replaces: a pod that raises while listed keeps its part of it."""
+
+    shares: dict[str, PodShare]
+    facts: dict[str, tuple[int, bool]]
+    bound: dict[str, BoundPod]
+
+
 class SchedulerCache:
     def __init__(self, mt: MthreadsConfig, shows_unbound: bool = True,
                  kinds: tuple[str, ...] = ("node", "pod")):
@@ -112,21 +121,37 @@ class SchedulerCache:
         self._shows_unbound = shows_unbound
 
     # what the watches show
-    def apply(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> None:
-        """An informer's event: RESET (a full list), DELETED, or an add/update."""
+    def apply(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> list[ObjectError]:
+        """An informer's event: RESET (a full list), DELETED, or an add/update. Returns the
+        objects that raised while applied, for the front-end to tell of: each left as the
+        maps had it before (a bound pod never forgotten: `_keep_counting`), the others of a
+        list applied all the same."""
         with self._lock:
-            if kind == "node":
-                self._state.node_event(event, obj)
-            elif kind in STORAGE_KINDS:
-                self._state.storage_event(kind, event, obj)
-            elif event == "RESET":
-                self._relist(cast("list[JsonObject]", obj))
-            elif event == "DELETED":
-                self._gone(uid_of(cast(JsonObject, obj)))
-            else:
-                self._seen(cast(JsonObject, obj))
             if event == "RESET":
+                objs = cast("list[JsonObject]", obj)
+                failed = self._relist_pods(objs) if kind == "pod" else self._relist(kind, objs)
                 self._listed.add(kind)
+                return failed
+            one = cast(JsonObject, obj)
+            try:
+                self._apply_one(kind, event, one)
+            except Exception as e:
+                err = object_error(kind, one, e)
+                if kind == "pod" and event != "DELETED":
+                    self._keep_counting(err, one, None)
+                return [err]
+            return []
+
+    def _apply_one(self, kind: str, event: str, obj: JsonObject) -> None:
+        """One object's event; what raises, raises before anything changes."""
+        if kind == "node":
+            self._state.node_event(event, obj)
+        elif kind in STORAGE_KINDS:
+            self._state.storage_event(kind, event, obj)
+        elif event == "DELETED":
+            self._gone(uid_of(obj))
+        else:
+            self._seen(obj)
 
     @property
     def ready(self) -> bool:
@@ -134,15 +159,40 @@ class SchedulerCache:
         with self._lock:
             return self._listed >= self._kinds
 
-    def _relist(self, pods: list[JsonObject]) -> None:
+    def _relist(self, kind: str, objs: list[JsonObject]) -> list[ObjectError]:
+        """A list of nodes, claims, volumes or classes: each applied on its own; a node that
+        raises stays as it was before the list (not forgotten)."""
+        before = self._state.clear_nodes() if kind == "node" else {}
+        if kind != "node":
+            self._state.storage_event(kind, "RESET", [])
+        failed = []
+        for obj in objs:
+            try:
+                self._apply_one(kind, "ADDED", obj)
+            except Exception as e:
+                failed.append(err := object_error(kind, obj, e))
+                if err.name in before:
+                    self._state.set_node(before[err.name].obj)
+        return failed
+
+    def _relist_pods(self, pods: list[JsonObject]) -> list[ObjectError]:
         keep = self._assumed
+        before = _Before(dict(self._state.shares), dict(self._facts),
+                         {p.uid: p for p in self._bound.snapshot()})
         self._state.clear_shares()
         self._bound.clear()
         self._facts.clear()
         self._assumed = {}
-        shown_bound = {uid_of(p) for p in pods if is_bound(p)}
+        failed: list[ObjectError] = []
+        listed: list[tuple[str, bool, JsonObject]] = []  # (uid, bound, pod)
+        for pod in pods:
+            try:
+                listed.append((uid_of(pod), is_bound(pod), pod))
+            except Exception as e:
+                failed.append(object_error("pod", pod, e))
+        shown_bound = {uid for uid, bound, _ in listed if bound}
         if self._shows_unbound:  # only a pod the list shows unbound can still be ours to bind
-            waiting = {uid_of(p) for p in pods if not is_bound(p)}
+            waiting = {uid for uid, bound, _ in listed if not bound}
         else:
             waiting = set(keep) - shown_bound
         for uid, a in keep.items():
@@ -153,30 +203,59 @@ class SchedulerCache:
                 a.phase = Phase.UNCERTAIN
             self._assumed[uid] = a
             self._state.add(a.share)
-        for pod in pods:
-            self._seen(pod)
+        for _, _, pod in listed:
+            try:
+                self._seen(pod)
+            except Exception as e:
+                failed.append(err := object_error("pod", pod, e))
+                self._keep_counting(err, pod, before)
+        return failed
+
+    def _keep_counting(self, err: ObjectError, pod: JsonObject, before: _Before | None) -> None:
+        """A pod that raised while applied stays counted, so its cards are not handed out
+        twice: for what the state holds for it, else (a relist) what it held before the list,
+        else the cards its allocation annotation names (shares.unread_share)."""
+        uid = err.uid
+        if not uid or uid in self._state.shares:
+            return
+        if before is not None and uid in before.shares:
+            self._state.add(before.shares[uid])
+            if uid in before.facts:
+                self._facts[uid] = before.facts[uid]
+            self._bound.put(uid, before.bound.get(uid))
+            return
+        share = unread_share(pod, err.what)
+        if share is not None:
+            self._state.add(share)
 
     def _seen(self, pod: JsonObject) -> None:
+        """A pod as shown. Everything of it is read before anything changes: a pod that
+        raises while read leaves the maps as they were."""
         uid = uid_of(pod)
         if is_finished(pod):  # whether the watch shows the change or, for LIVE_PODS, its removal
             self._gone(uid)
             return
         if not is_bound(pod):
             return  # a pending pod is the front-end's; an assumed one stays assumed
-        ours = self._assumed.pop(uid, None)
+        ours = self._assumed.get(uid)
         share = _as_written(ours, pod)
         if share is None:
             # The pod we chose for: its requests as read then (a pod's resources do not change
             # before it runs), the cards as the annotation says now.
             share = share_of(pod, self._state.names,
                              (ours.share.resources, ours.share.device_requests) if ours is not None else None)
-        if share.problem and uid not in self._warned:
+        facts = one_copy((pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp"))))
+        held = bound_pod(pod)
+        warn = share.problem is not None and uid not in self._warned
+        who = name_of(pod) if warn else ""
+        self._assumed.pop(uid, None)
+        if warn:
             self._warned.add(uid)
-            log.warning("pod %s: %s; counting %s as fully used", name_of(pod), share.problem,
+            log.warning("pod %s: %s; counting %s as fully used", who, share.problem,
                         ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
         self._state.add(share)
-        self._bound.seen(pod)
-        self._facts[uid] = one_copy((pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp"))))
+        self._bound.put(uid, held)
+        self._facts[uid] = facts
 
     def _gone(self, uid: str) -> None:
         self._assumed.pop(uid, None)

@@ -96,7 +96,7 @@ def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
 
 
 def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: JsonObject,
-             text: str, why: str, facts: PodFacts) -> PodShare:
+             text: str, why: str, facts: PodFacts | None) -> PodShare:
     named = set(_CARD_ID.findall(text))
     index = ann.get(keys.GPU_INDEX)
     if isinstance(index, str):
@@ -107,3 +107,20 @@ def _garbled(uid: str, node: str, resources: Resources, devices: Devices, ann: J
                         device_requests=devices, problem=problem, pod=facts)
     return PodShare(uid, node, resources, whole_node=True, device_requests=devices, problem=problem,
                     pod=facts)
+
+
+def unread_share(pod: JsonObject, why: str) -> PodShare | None:
+    """What a bound pod that raised while it was read is counted for, as a garbled annotation
+    is (never under-counted): the cards its allocation annotation names, held whole, or every
+    card of its node when it names none. None: it has no allocation annotation (it holds no
+    card), or its uid or node cannot be read."""
+    try:
+        meta = _meta(pod)
+        uid, node = meta.get("uid"), (pod.get("spec") or {}).get("nodeName")
+        ann = meta.get("annotations") or {}
+        text = ann.get(keys.ALLOCATED)
+        if not (isinstance(uid, str) and isinstance(node, str) and node and text is not None):
+            return None
+        return _garbled(uid, node, Resources(pods=1), NO_DEVICES, ann, str(text), why, None)
+    except Exception:  # what cannot be read at all holds nothing that can be named
+        return None

@@ -10,7 +10,7 @@ import heapq
 import logging
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, cast
+from typing import Iterable, Iterator, Mapping
 
 from .. import annotations as keys
 from ..cards import CORES_PER_CARD
@@ -161,18 +161,21 @@ class ClusterState:
 
     # nodes
     def set_node(self, node: JsonObject) -> None:
+        """Everything of the node is read before anything changes: a node that raises while
+        read leaves the state as it was (the cache's apply tells the front-end)."""
         name = node["metadata"]["name"]
         old = self.nodes.get(name)
         info = NodeInfo(name, node, node_cards(node, self.mt), node_allocatable(node),
                         device_allocatable(node, self.names))
-        self.nodes[name] = info
-        self.labels[name] = (node.get("metadata") or {}).get("labels") or {}
-        _log_problem(name, old.cards.problem if old else None, info.cards.problem)
+        labels = (node.get("metadata") or {}).get("labels") or {}
         changed = old is None or _fingerprint(old.obj) != _fingerprint(node)
         # the offer is read from what the fingerprint holds: a heartbeat formats no text
-        if changed and old is not None and \
-                _devices_text(old, self.names) != (now := _devices_text(info, self.names)):
-            log.info("node %s: now %s", name, now)
+        offer = _devices_text(info, self.names) if changed and old is not None else None
+        self.nodes[name] = info
+        self.labels[name] = labels
+        _log_problem(name, old.cards.problem if old else None, info.cards.problem)
+        if old is not None and offer is not None and _devices_text(old, self.names) != offer:
+            log.info("node %s: now %s", name, offer)
         self._reindex(name)
         if changed:
             self.generation += 1  # heartbeats that change nothing a decision reads retry nothing
@@ -183,24 +186,25 @@ class ClusterState:
             self._reindex(name)
             self.generation += 1
 
-    def replace_nodes(self, nodes: list[JsonObject]) -> None:
-        self.nodes.clear()
+    def clear_nodes(self) -> dict[str, NodeInfo]:
+        """Forget every node (a relist follows); returns them as they were."""
+        before = self.nodes
+        self.nodes = {}
         self.labels.clear()
         self.room.clear()
         for buckets in self._orders.values():
             buckets.clear()
         self._qualifying.clear()
-        for n in nodes:
-            self.set_node(n)
+        self.generation += 1
+        return before
 
-    def node_event(self, event: str, obj: JsonObject | list[JsonObject]) -> None:
-        """Apply an informer's node event: RESET (a full list), DELETED, or an add/update."""
-        if event == "RESET":
-            self.replace_nodes(cast("list[JsonObject]", obj))
-        elif event == "DELETED":
-            self.remove_node(cast(JsonObject, obj)["metadata"]["name"])
+    def node_event(self, event: str, obj: JsonObject) -> None:
+        """Apply an informer's node event of one node: DELETED, or an add/update (a relist
+        is the cache's: `clear_nodes`, then each node)."""
+        if event == "DELETED":
+            self.remove_node(obj["metadata"]["name"])
         else:
-            self.set_node(cast(JsonObject, obj))
+            self.set_node(obj)
 
     def storage_event(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> None:
         """A claim, volume or class changed: a pod waiting for it may fit now."""
