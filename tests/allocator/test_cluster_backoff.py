@@ -1,6 +1,6 @@
 """A pod that never fits, while other pods come and go on the real API server: the allocator
 decides it again no more often than its backoff allows (1 s doubling to 10 s, issue 32), not on
-every change; an update of the pod itself ends its backoff. Its decisions are counted through
+every change. Its decisions are counted through
 the allocator's own failure counter: only that pod has a node affinity, so only its decisions
 count `node(s) didn't match Pod's node affinity/selector`.
 
