@@ -43,8 +43,8 @@ from .. import annotations as keys
 from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from .bound import BoundPod, BoundPods
+from .cycle_state import forget as forget_pod
 from .decide import Placement
-from .one_copy import one_copy
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
 from .shares import PodShare, share_of
@@ -56,6 +56,9 @@ T = TypeVar("T")
 
 STORAGE_KINDS = ("pvc", "pv", "storageclass")  # the allocator's watches of volumes
 READ, DROPPED = "read", "dropped"  # what a refused binding leaves to do (binding_refused)
+# (priority, terminating) of the bound pods, one copy each: a cluster has a few priorities
+_FACTS: dict[tuple[int, bool], tuple[int, bool]] = {}
+_FACTS_KEPT = 1024
 
 
 class Phase(Enum):
@@ -163,6 +166,7 @@ class SchedulerCache:
             return
         if not is_bound(pod):
             return  # a pending pod is the front-end's; an assumed one stays assumed
+        forget_pod(uid)  # it waits no more: what its decisions kept goes
         ours = self._assumed.pop(uid, None)
         share = _as_written(ours, pod)
         if share is None:
@@ -176,9 +180,11 @@ class SchedulerCache:
                         ", ".join(c.card for c in share.cards) or f"every card of {share.node}")
         self._state.add(share)
         self._bound.seen(pod)
-        self._facts[uid] = one_copy((pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp"))))
+        facts = (pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp")))
+        self._facts[uid] = _FACTS.setdefault(facts, facts) if len(_FACTS) < _FACTS_KEPT else facts
 
     def _gone(self, uid: str) -> None:
+        forget_pod(uid)
         self._assumed.pop(uid, None)
         self._warned.discard(uid)
         self._facts.pop(uid, None)
