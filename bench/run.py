@@ -30,7 +30,7 @@ from pathlib import Path
 from .report import update_doc
 
 # In the order they run and appear in the doc.
-PARTS = ("webhook", "instructions", "allocator", "memory", "extender", "e2e", "backoff")
+PARTS = ("webhook", "instructions", "allocator", "hostile", "memory", "extender", "e2e", "backoff")
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 

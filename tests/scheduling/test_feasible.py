@@ -214,5 +214,5 @@ def test_the_label_index_made_by_a_first_question_follows_later_pods():
     assert passing(anti, c) == {"n2", "n3"}
     c.apply("pod", "MODIFIED", pod("w1", "n1", {"app": "api"}))  # relabelled: no longer selected
     assert passing(anti, c) == {"n1", "n2", "n3"}
-    assert c.read(lambda s: s.pods.by_label["app"]) == {
-        ("a", "api"): {"uid-a-w1": c.share("uid-a-w1")}, ("a", "db"): {"uid-a-d": c.share("uid-a-d")}}
+    assert c.read(lambda s: s.pods.by_label["a"]["app"]) == {
+        "api": {"uid-a-w1": c.share("uid-a-w1")}, "db": {"uid-a-d": c.share("uid-a-d")}}

@@ -35,6 +35,7 @@ from ..observe.object_errors import DECIDE, INDEX, ObjectErrors
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import DROPPED, READ, STORAGE_KINDS, Phase, SchedulerCache
+from ..scheduling.cycle_state import cycle_of
 from ..scheduling.decide import NoFit, Placement, place
 from ..scheduling.node_annotations import WARNING_REASON, IgnoredEntries
 from ..scheduling.object_errors import ObjectError, object_error
@@ -206,7 +207,8 @@ class Allocator:
             self._failed(uid)
             self.reporter.unschedulable(pod, ask.invalid)
             return 0
-        result = self.cache.read(lambda state: place(pod, ask, state, self.config))
+        cycle = cycle_of(pod, ask, self.config)  # the pod's side, before the cache's lock
+        result = self.cache.read(lambda state: place(pod, ask, state, self.config, cycle))
         self.metrics.decision_seconds.observe(time.perf_counter() - t0)
         if isinstance(result, NoFit):
             for r in result.rejected or ("NoNodes",):

@@ -26,6 +26,8 @@ import threading
 from ..config import Config
 from ..kube.informer import STORAGE_WATCHES
 from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
+from ..scheduling.cycle_state import forget as forget_pod
+from ..scheduling.cycle_state import rules_of
 from ..scheduling.decide import Placement
 from ..scheduling.node_annotations import Ignored, IgnoredEntries
 from ..scheduling.object_errors import ObjectError, object_error
@@ -93,7 +95,10 @@ class Cache:
                 except Exception as e:
                     failed.append(object_error("pod", p, e))
             with self._waiting_lock:
+                gone = [uid for uid in self._waiting if uid not in waiting]
                 self._waiting = waiting
+            for uid in gone:
+                forget_pod(uid)  # what its decisions kept goes
             return failed
         uid = uid_of(obj)
         with self._waiting_lock:
@@ -102,6 +107,7 @@ class Cache:
             else:
                 self._waiting[uid] = obj
         if event == "DELETED":
+            forget_pod(uid)  # what its decisions kept goes
             self.core.release(uid)  # a reservation the bind did not take has no use now
         return failed
 
@@ -127,13 +133,14 @@ class Cache:
         node outside `names` with room for the pod, or None); or why the pod cannot be
         filtered now."""
         uid = uid_of(pod)
+        rules = rules_of(pod)  # its sets, before the lock
         with self.core.deciding() as state:
             self.core.release(uid)  # a new filter of the pod replaces its reservation
             if self.core.is_assumed(uid):
                 return IN_DOUBT
             chosen, failed = pick(pod, ask, names, state, self.config)
             if chosen is None:
-                return None, failed, room_outside(pod, ask, names, state, self.config)
+                return None, failed, room_outside(pod, ask, names, state, self.config, rules)
             self.core.reserve(chosen, pod, now + RESERVE_FOR)
             return chosen, failed, None
 
@@ -160,10 +167,11 @@ class Cache:
         counted at once (before the write: never handed out twice); or why they do not fit;
         None if a binding of the pod is being written right now."""
         meta = pod["metadata"]
+        rules = rules_of(pod)
         with self.core.deciding() as state:
             if self.core.phase(meta["uid"]) is Phase.BINDING:
                 return None
-            result = choose(pod, ask, node, state, self.config)
+            result = choose(pod, ask, node, state, self.config, rules)
             if not isinstance(result, str):
                 self.core.assume(result.share, meta["namespace"], meta["name"])
             return result

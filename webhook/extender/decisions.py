@@ -16,7 +16,7 @@ from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.feasible import node_checks
 from ..scheduling.inventory import Card
-from ..scheduling.node_fit import node_rules_reason
+from ..scheduling.node_fit import NodeRules, node_rules_of
 from ..scheduling.request import PodAsk
 from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.state import ClusterState
@@ -78,17 +78,18 @@ def pick(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
 
 
 def room_outside(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
-                 config: Config) -> str | None:
+                 config: Config, rules: NodeRules | None = None) -> str | None:
     """A node that kube-scheduler did not pass whose cards fit the pod and that passes the
     allocator's node checks (kube-scheduler's filters, scheduling/feasible.py): the node
     the allocator would choose among those, or None. kube-scheduler asks about a sample of its
-    feasible nodes only (docs/extender.md, "Node sample"), so room may lie outside it."""
+    feasible nodes only (docs/extender.md, "Node sample"), so room may lie outside it.
+    `rules`: the pod's node rules, read before the lock (node_fit.node_rules_of)."""
     if ask.need is None or ask.invalid:
         return None
     node_policy, gpu_policy = policies(pod, config)
     given = set(names)
     found = first_fit(pod, ask, state, node_policy, gpu_policy, lambda name: name not in given,
-                      checks=node_checks(pod, state, binder=True, wants=ask.wants))
+                      checks=node_checks(pod, state, binder=True, wants=ask.wants, rules=rules))
     return found.node if found is not None else None
 
 
@@ -110,10 +111,10 @@ def scores(pod: JsonObject, ask: PodAsk, names: list[str], state: ClusterState,
 
 
 def choose(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState,
-           config: Config) -> Placement | str:
+           config: Config, rules: NodeRules | None = None) -> Placement | str:
     """The placement on the node a bind names, or the reason the node or its cards do not
-    take the pod now."""
-    reason = node_refusal(pod, node, state)
+    take the pod now. `rules`: as room_outside's."""
+    reason = node_refusal(pod, node, state, rules)
     if reason is not None:
         return reason
     reason, cards = cards_on(pod, ask, node, state, config)
@@ -122,11 +123,12 @@ def choose(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState,
     return placement(pod, ask.request, node, cards, ask.wants, ask.device_requests)
 
 
-def node_refusal(pod: JsonObject, node: str, state: ClusterState) -> str | None:
+def node_refusal(pod: JsonObject, node: str, state: ClusterState,
+                 rules: NodeRules | None = None) -> str | None:
     """Why the node's own rules (Ready, schedulable, taints, selector, node affinity) refuse
     the pod, or None. A bind names its node: this is checked again there, whoever sent it,
     since a binding skips every check of kube-scheduler's."""
     info = state.nodes.get(node)
     if info is None:
         return NOT_IN_CACHE
-    return node_rules_reason(pod.get("spec") or {}, info.obj)
+    return (rules or node_rules_of(pod.get("spec") or {})).reason(info.obj)

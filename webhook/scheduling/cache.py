@@ -43,9 +43,9 @@ from .. import annotations as keys
 from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from .bound import BoundPod, BoundPods, bound_pod
+from .cycle_state import forget as forget_pod
 from .decide import Placement
 from .object_errors import ObjectError, object_error
-from .one_copy import one_copy
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
 from .shares import PodShare, share_of, unread_share
@@ -57,6 +57,9 @@ T = TypeVar("T")
 
 STORAGE_KINDS = ("pvc", "pv", "storageclass")  # the allocator's watches of volumes
 READ, DROPPED = "read", "dropped"  # what a refused binding leaves to do (binding_refused)
+# (priority, terminating) of the bound pods, one copy each: a cluster has a few priorities
+_FACTS: dict[tuple[int, bool], tuple[int, bool]] = {}
+_FACTS_KEPT = 1024
 
 
 class Phase(Enum):
@@ -244,11 +247,13 @@ class SchedulerCache:
             # before it runs), the cards as the annotation says now.
             share = share_of(pod, self._state.names,
                              (ours.share.resources, ours.share.device_requests) if ours is not None else None)
-        facts = one_copy((pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp"))))
+        facts = (pod_priority(pod), bool(pod["metadata"].get("deletionTimestamp")))
+        facts = _FACTS.setdefault(facts, facts) if len(_FACTS) < _FACTS_KEPT else facts
         held = bound_pod(pod)
         warn = share.problem is not None and uid not in self._warned
         who = name_of(pod) if warn else ""
         self._assumed.pop(uid, None)
+        forget_pod(uid)  # it waits no more: what its decisions kept goes
         if warn:
             self._warned.add(uid)
             log.warning("pod %s: %s; counting %s as fully used", who, share.problem,
@@ -258,6 +263,7 @@ class SchedulerCache:
         self._facts[uid] = facts
 
     def _gone(self, uid: str) -> None:
+        forget_pod(uid)
         self._assumed.pop(uid, None)
         self._warned.discard(uid)
         self._facts.pop(uid, None)

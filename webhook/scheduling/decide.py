@@ -19,12 +19,13 @@ from ..pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
 from .card_fit import CardNeed, fit_cards, may_fit
+from .cycle_state import CycleState, cycle_of
 from .feasible import NodeChecks, node_checks
 from .inventory import Card
 from .pod_facts import PodFacts, facts_of
 from .request import PodAsk
 from .resources import NO_DEVICES, Devices, Resources
-from .score import best_node, policies
+from .score import best_node
 from .shares import PodShare, card_shares
 from .state import ClusterState, NodeInfo
 
@@ -49,11 +50,15 @@ class NoFit:
     rejected: Counter[str]
 
 
-def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config) -> Placement | NoFit:
+def place(pod: JsonObject, ask: PodAsk, state: ClusterState, config: Config,
+          cycle: CycleState | None = None) -> Placement | NoFit:
     """The node and cards for the pod (`ask`: what it asks, read once by request.request_of),
-    or why none fits. A pod that breaks an admission rule is the caller's (`ask.invalid`)."""
-    node_policy, gpu_policy = policies(pod, config)
-    checks = node_checks(pod, state, wants=ask.wants)
+    or why none fits. A pod that breaks an admission rule is the caller's (`ask.invalid`).
+    `cycle`: what the decision reads of the pod, when the caller read it before taking the
+    cache's lock (cycle_state.cycle_of of this pod and ask)."""
+    cycle = cycle if cycle is not None else cycle_of(pod, ask, config)
+    node_policy, gpu_policy = cycle.node_policy, cycle.gpu_policy
+    checks = node_checks(pod, state, wants=ask.wants, rules=cycle.rules)
     wants = checks.wants
     request, need = ask.request, ask.need
     kind = request.kind if request is not None else Kind.NONE

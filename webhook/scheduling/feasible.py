@@ -12,6 +12,8 @@ order, each node's reason the first that fails.
 
 What every node's check shares is read once per decision (`node_checks`, kube-scheduler's
 PreFilter); a reason that holds for every node (a claim not found) is `NodeChecks.refusal`.
+So is a pod whose node rules would cost more than `NODE_RULES_BUDGET` checks over the nodes
+(issue 46): the cap on the work a decision does under the cache's lock.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Mapping
 
 from ..json_types import JsonObject
 from . import reasons
-from .node_fit import matches_selector_and_affinity, node_rules_reason, resources_reason
+from .node_fit import NodeRules, node_rules_of, resources_reason
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
 from .resources import Resources, pod_requests
@@ -32,7 +34,7 @@ from .volumes import NO_VOLUMES, PodVolumes, pod_volumes, volumes_reason
 
 @dataclass(frozen=True)
 class NodeChecks:
-    spec: JsonObject
+    rules: NodeRules
     wants: Resources
     facts: PodFacts
     volumes: PodVolumes = NO_VOLUMES
@@ -44,7 +46,7 @@ class NodeChecks:
         """The first of the filters that refuses the node, or None."""
         if self.refusal is not None:
             return self.refusal
-        reason = node_rules_reason(self.spec, info.obj)
+        reason = self.rules.reason(info.obj)
         if reason is not None:
             return reason
         if self.facts.ports and _ports_taken(self.facts.ports, state.pods.ports.get(info.name)):
@@ -65,23 +67,36 @@ class NodeChecks:
         return None
 
 
+# Node rules (tolerations, nodeSelector entries, node affinity terms: NodeRules.cost) times
+# nodes that one decision may check: 5,000 nodes at 100 each (an ordinary pod has a few). Each
+# check reads at most the node's few taints or labels; the time this bounds a decision's hold
+# of the cache's lock to is in docs/allocator.md ("How long a decision holds the lock").
+NODE_RULES_BUDGET = 500_000
+
+
 def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
-                wants: Resources | None = None) -> NodeChecks:
+                wants: Resources | None = None, rules: NodeRules | None = None) -> NodeChecks:
     """`binder`: kube-scheduler's volume binder places the pod's WaitForFirstConsumer claims
-    (volumes.pod_volumes). `wants`: the pod's requests when the caller has them (PodAsk.wants)."""
-    spec, facts = pod.get("spec") or {}, facts_of(pod)
+    (volumes.pod_volumes). `wants`: the pod's requests when the caller has them (PodAsk.wants);
+    `rules`: its node rules, when read before (cycle_state.py)."""
+    facts = facts_of(pod)
+    rules = rules if rules is not None else node_rules_of(pod.get("spec") or {})
     wants = wants if wants is not None else pod_requests(pod)
+    if rules.cost * len(state.nodes) > NODE_RULES_BUDGET:
+        return NodeChecks(rules, wants, facts, refusal=reasons.TOO_MANY_NODE_RULES)
     volumes = pod_volumes(pod, state.storage, binder)
     if isinstance(volumes, str):
-        return NodeChecks(spec, wants, facts, refusal=volumes)
+        return NodeChecks(rules, wants, facts, refusal=volumes)
     spread = None
     constraints = constraints_of(pod)
     if constraints:
+        selection = rules.selection
+
         def accepts(node: str) -> bool:
-            return matches_selector_and_affinity(spec, state.nodes[node].obj)
+            return selection.matches(state.nodes[node].obj)
         spread = spread_counts(facts, constraints, state.pods, state.labels, accepts)
     affinity = affinity_counts(facts, affinity_terms(pod, "podAffinity"), state.pods, state.labels)
-    return NodeChecks(spec, wants, facts, volumes, spread, None if affinity.idle else affinity)
+    return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity)
 
 
 def node_reasons(pod: JsonObject, state: ClusterState) -> dict[str, str | None]:

@@ -6,10 +6,12 @@ kube-scheduler's order.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import cast
 
 from ..json_types import JsonObject
 from . import reasons
+from .node_selector import NodeSelection, selection_of, term_rule
 from .resources import Resources
 
 _UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -45,74 +47,13 @@ def untolerated_taint(node: JsonObject, tolerations: list[JsonObject]) -> JsonOb
     return None
 
 
-# A long `values` list (a pod may name 60,000 hosts) is read as a set, made once per list and
-# kept while the list lives here: a decision reads the same pod's list for every node. An entry
-# holds its list, so its id cannot be another list's while it is kept.
-_SET_FROM = 16  # values; a shorter list is scanned
-_SETS_KEPT = 64
-_sets: dict[int, tuple[list[Any], frozenset[str]]] = {}
-
-
-def _lookup(values: list[Any]) -> list[Any] | frozenset[str]:
-    if len(values) <= _SET_FROM:
-        return values
-    kept = _sets.get(id(values))
-    if kept is not None and kept[0] is values:
-        return kept[1]
-    if len(_sets) >= _SETS_KEPT:
-        _sets.pop(next(iter(_sets)), None)
-    found = frozenset(v for v in values if isinstance(v, str))  # a label value is a string
-    _sets[id(values)] = (values, found)
-    return found
-
-
-def _expression_matches(expr: JsonObject, value: str | None) -> bool:
-    op, values = expr.get("operator"), expr.get("values") or []
-    if op == "In":
-        return value is not None and value in _lookup(values)
-    if op == "NotIn":
-        return value is None or value not in _lookup(values)
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt"):
-        if value is None or len(values) != 1:
-            return False
-        try:
-            have, want = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def term_matches(term: JsonObject, labels: JsonObject, name: str) -> bool:
     """All expressions and fields of one nodeSelectorTerm; an empty term matches nothing."""
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    for e in exprs:
-        if not _expression_matches(e, labels.get(e.get("key"))):
-            return False
-    for f in fields:
-        value = name if f.get("key") == "metadata.name" else None
-        if not _expression_matches(f, value):
-            return False
-    return True
+    return term_rule(term).matches(labels, name)
 
 
 def matches_selector_and_affinity(pod_spec: JsonObject, node: JsonObject) -> bool:
-    meta = node.get("metadata") or {}
-    labels, name = meta.get("labels") or {}, meta.get("name", "")
-    for k, v in (pod_spec.get("nodeSelector") or {}).items():
-        if labels.get(k) != v:
-            return False
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if required is None:
-        return True
-    return any(term_matches(t, labels, name) for t in required.get("nodeSelectorTerms") or ())
+    return selection_of(pod_spec).matches(node)
 
 
 def resources_reason(wants: Resources, allocatable: Resources, requested: Resources,
@@ -139,17 +80,39 @@ def resources_reason(wants: Resources, allocatable: Resources, requested: Resour
     return None
 
 
-def node_rules_reason(pod_spec: JsonObject, node: JsonObject) -> str | None:
-    """The node's own rules for the pod, without counting what runs there: Ready, schedulable,
-    taints, nodeSelector and required node affinity. None when they let the pod in."""
-    if not is_ready(node):
-        return reasons.NOT_READY
+@dataclass(frozen=True, slots=True)
+class NodeRules:
+    """The pod's side of the node's own rules, read once per decision (cycle_state.py)."""
+
+    tolerations: list[JsonObject]
+    selection: NodeSelection
+
+    def reason(self, node: JsonObject) -> str | None:
+        """Ready, schedulable, taints, nodeSelector and required node affinity, without
+        counting what runs there. None when they let the pod in."""
+        if not is_ready(node):
+            return reasons.NOT_READY
+        if (node.get("spec") or {}).get("unschedulable") and not tolerates(
+                self.tolerations, {"key": _UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
+            return reasons.UNSCHEDULABLE
+        if untolerated_taint(node, self.tolerations) is not None:
+            return reasons.TAINTED
+        if not self.selection.matches(node):
+            return reasons.AFFINITY
+        return None
+
+    @property
+    def cost(self) -> int:
+        """What one node's check reads at most: tolerations, selector entries and terms, each
+        against the node's few taints or labels."""
+        return 1 + len(self.tolerations) + self.selection.cost
+
+
+def node_rules_of(pod_spec: JsonObject) -> NodeRules:
     tolerations = pod_spec.get("tolerations") or []
-    if (node.get("spec") or {}).get("unschedulable") and not tolerates(
-            tolerations, {"key": _UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}):
-        return reasons.UNSCHEDULABLE
-    if untolerated_taint(node, tolerations) is not None:
-        return reasons.TAINTED
-    if not matches_selector_and_affinity(pod_spec, node):
-        return reasons.AFFINITY
-    return None
+    return NodeRules(tolerations if isinstance(tolerations, list) else [], selection_of(pod_spec))
+
+
+def node_rules_reason(pod_spec: JsonObject, node: JsonObject) -> str | None:
+    """The node's own rules for the pod (NodeRules.reason), read from the pod for one node."""
+    return node_rules_of(pod_spec).reason(node)

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from ..json_types import JsonObject
 from .label_selector import Selector, selector_of
-from .one_copy import one_copy, one_name
+from .one_copy import Kept, hold, one_copy, one_name, release
 
 HostPort = tuple[str, str, int]  # (host IP, protocol, port); "0.0.0.0" for any IP
 ANY_IP = "0.0.0.0"
@@ -39,22 +39,37 @@ class PodFacts:
     disks: tuple[tuple[object, ...], ...] = ()  # inline volumes VolumeRestrictions compares
 
 
-# Replicas carry the same labels: one dict for all of them.
-_LABEL_SETS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
-_LABEL_SETS_KEPT = 100_000
+# Replicas carry the same labels: one dict for all of them, kept while a counted pod holds it
+# (one_copy.py).
+LABEL_SETS: Kept[tuple[tuple[str, str], ...], Mapping[str, str]] = Kept()
+
+
+def _label_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items()
+                        if isinstance(k, str) and isinstance(v, str)))
 
 
 def _shared(labels: Mapping[str, str]) -> Mapping[str, str]:
     if not labels:
         return _NO_LABELS
-    key = tuple(sorted(labels.items()))
-    kept = _LABEL_SETS.get(key)
-    if kept is None:
-        if len(_LABEL_SETS) >= _LABEL_SETS_KEPT:
-            _LABEL_SETS.clear()
-        kept = _LABEL_SETS[key] = {sys.intern(k): sys.intern(v) for k, v in key
-                                   if isinstance(k, str) and isinstance(v, str)}
-    return kept
+    key = _label_key(labels)
+    kept = LABEL_SETS.get(key)
+    return kept if kept is not None else {sys.intern(k): sys.intern(v) for k, v in key}
+
+
+def hold_facts(facts: PodFacts) -> None:
+    """A counted pod's facts: its labels and terms are the copies the next readings find."""
+    if facts.labels:
+        LABEL_SETS.hold(_label_key(facts.labels), facts.labels)
+    if facts.anti_affinity:
+        hold(facts.anti_affinity)
+
+
+def release_facts(facts: PodFacts) -> None:
+    if facts.labels:
+        LABEL_SETS.release(_label_key(facts.labels))
+    if facts.anti_affinity:
+        release(facts.anti_affinity)
 
 
 _NO_LABELS: Mapping[str, str] = {}

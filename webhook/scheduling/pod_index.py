@@ -1,9 +1,11 @@
 """The pods on the nodes, indexed for the rules that read other pods: by node, by namespace, the
 host ports and inline disks in use per node, and the required anti-affinity terms of the pods
-already placed (one entry per distinct term: the replicas of a Deployment share one), and by the value of each
-label key a selector has asked about (made on the first question, kept up to date from then on:
-the pods a selector `app In (web)` picks are found without reading the namespace's other pods,
-and keys no selector names cost no memory).
+already placed (one entry per distinct term: the replicas of a Deployment share one), and per
+namespace by the value of each label key a selector has asked about there (made on the first
+question from that namespace's pods, kept up to date from then on: the pods a selector
+`app In (web)` picks are found without reading the namespace's other pods, and keys no selector
+names cost no memory). Every entry goes with the last pod it counts: a key no pod of the
+namespace carries any more, a namespace without pods (issue 46, finding 6).
 
 Part of ClusterState (state.py), updated with the shares it counts, assumed ones included, so a
 decision sees the pods it placed a moment ago before the watch shows them.
@@ -19,6 +21,8 @@ from .label_selector import Selector
 from .pod_facts import AffinityTerm, HostPort, PodFacts
 from .shares import PodShare
 
+KEYS_KEPT = 64  # label keys indexed per namespace; a question about another reads the namespace
+
 
 class PodIndex:
     def __init__(self) -> None:
@@ -27,8 +31,8 @@ class PodIndex:
         self.ports: dict[str, Counter[HostPort]] = {}  # node -> host ports in use
         self.disks: dict[str, Counter[tuple[object, ...]]] = {}  # node -> inline disks mounted
         self.anti_affinity: dict[AffinityTerm, Counter[str]] = {}  # term -> node -> pods holding it
-        # label key -> (namespace, value) -> uid -> share, for the keys asked about
-        self.by_label: dict[str, dict[tuple[str, str], dict[str, PodShare]]] = {}
+        # namespace -> label key -> value -> uid -> share, for the keys asked about there
+        self.by_label: dict[str, dict[str, dict[str, dict[str, PodShare]]]] = {}
 
     def selected(self, namespace: str, selector: Selector) -> Iterable[PodShare]:
         """The pods of `namespace` the selector may match (a superset: the caller matches)."""
@@ -36,24 +40,33 @@ class PodIndex:
         if first_in is None:
             return (self.in_namespace.get(namespace) or {}).values()
         key, _, values = first_in
-        by_value = self.by_label.get(key)
+        pods = self.in_namespace.get(namespace)
+        if pods is None:
+            return ()
+        keys = self.by_label.get(namespace)
+        by_value = keys.get(key) if keys is not None else None
         if by_value is None:
-            by_value = self.by_label[key] = {}
-            for ns, pods in self.in_namespace.items():
-                for uid, share in pods.items():
-                    labels = share.pod.labels if share.pod is not None else {}
-                    if key in labels:
-                        by_value.setdefault((ns, labels[key]), {})[uid] = share
-        return chain.from_iterable((by_value.get((namespace, v)) or {}).values() for v in values)
+            by_value = {}
+            for uid, share in pods.items():
+                labels = share.pod.labels if share.pod is not None else {}
+                if key in labels:
+                    by_value.setdefault(labels[key], {})[uid] = share
+            # kept unless no pod has the key, or the namespace has keys enough
+            if by_value and (keys is None or len(keys) < KEYS_KEPT):
+                self.by_label.setdefault(namespace, {})[key] = by_value
+        return chain.from_iterable((by_value.get(v) or {}).values() for v in values)
 
     def add(self, share: PodShare, facts: PodFacts) -> None:
         """`facts`: the share's `pod`."""
         uid, node = share.uid, share.node
         self.on_node.setdefault(node, {})[uid] = facts
         self.in_namespace.setdefault(facts.namespace, {})[uid] = share
-        for key, by_value in self.by_label.items():
-            if key in facts.labels:
-                by_value.setdefault((facts.namespace, facts.labels[key]), {})[uid] = share
+        keys = self.by_label.get(facts.namespace)
+        if keys:
+            for key, value in facts.labels.items():
+                by_value = keys.get(key)
+                if by_value is not None:
+                    by_value.setdefault(value, {})[uid] = share
         if facts.ports:
             self.ports.setdefault(node, Counter()).update(facts.ports)
         if facts.disks:
@@ -65,9 +78,16 @@ class PodIndex:
         uid, node = share.uid, share.node
         _pop(self.on_node, node, uid)
         _pop(self.in_namespace, facts.namespace, uid)
-        for key, by_value in self.by_label.items():
-            if key in facts.labels:
-                _pop(by_value, (facts.namespace, facts.labels[key]), uid)
+        keys = self.by_label.get(facts.namespace)
+        if keys:
+            for key, value in facts.labels.items():
+                by_value = keys.get(key)
+                if by_value is not None:
+                    _pop(by_value, value, uid)
+                    if not by_value:
+                        del keys[key]
+            if not keys or facts.namespace not in self.in_namespace:
+                del self.by_label[facts.namespace]
         if facts.ports:
             _subtract(self.ports, node, facts.ports)
         if facts.disks:

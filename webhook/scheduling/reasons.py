@@ -31,6 +31,10 @@ DELAYED_BINDING = ("pod has unbound WaitForFirstConsumer PersistentVolumeClaims,
                    "allocator does not provision (mode=extender places them)")
 VOLUME_NODE_CONFLICT = "node(s) had volume node affinity conflict"
 VOLUME_ZONE_CONFLICT = "node(s) had no available volume zone"
+# Every node's, before any is read: the pod's node rules times the nodes pass the decision's
+# budget (feasible.NODE_RULES_BUDGET)
+TOO_MANY_NODE_RULES = ("pod has more tolerations, nodeSelector entries and node affinity terms "
+                       "than a decision checks on this many nodes")
 
 
 def insufficient(resource: str) -> str:
@@ -54,7 +58,8 @@ INSUFFICIENT_CARD_CORES = "CardInsufficientCore"
 ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY,
        TOO_MANY_PODS, INSUFFICIENT_EPHEMERAL_STORAGE, PORTS_IN_USE, DISK_CONFLICT, AFFINITY_RULES,
        ANTI_AFFINITY_RULES, EXISTING_ANTI_AFFINITY, SPREAD, SPREAD_MISSING_LABEL, UNBOUND_IMMEDIATE,
-       PV_NOT_EXIST, DELAYED_BINDING, VOLUME_NODE_CONFLICT, VOLUME_ZONE_CONFLICT, NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, CORDONED,
+       PV_NOT_EXIST, DELAYED_BINDING, VOLUME_NODE_CONFLICT, VOLUME_ZONE_CONFLICT, TOO_MANY_NODE_RULES,
+       NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, CORDONED,
        EXCLUSIVE_CONFLICT, TIME_SLICING_EXHAUSTED, CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY,
        INSUFFICIENT_CARD_CORES)
 

@@ -38,23 +38,28 @@ class PodAsk:
 
 
 # The answers kept per pod shape (pod_shape.py), for one config and fleet: replicas ask the same,
-# and reading a pod's request was a fifth of the extender's decision. Bounded: past the limit a
-# table starts over.
+# and reading a pod's request was a fifth of the extender's decision. An answer is kept while a
+# pod that asked it (by uid) waits: `forget(uid)` when the cache sees the pod bound or gone, and
+# the last pod's going drops it (issue 46, finding 6). Bounded too: past a limit a table starts
+# over.
 SHAPES_KEPT = 4096
 CONFIGS_KEPT = 16
+ASKERS_KEPT = 100_000
 
 
 class _Kept:
     """The answers of one (MthreadsConfig, Fleet); it holds both, so their ids stay theirs."""
 
-    __slots__ = ("mt", "fleet", "asks")
+    __slots__ = ("mt", "fleet", "asks", "askers")
 
     def __init__(self, mt: MthreadsConfig, fleet: Fleet):
         self.mt, self.fleet = mt, fleet
         self.asks: dict[Shape, PodAsk] = {}
+        self.askers: dict[Shape, set[str]] = {}  # the uids of the pods it answered
 
 
 _KEPT: dict[tuple[int, int], _Kept] = {}
+_ASKED: dict[str, tuple[_Kept, Shape]] = {}  # uid -> where its answer is kept
 
 
 def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> PodAsk:
@@ -62,16 +67,41 @@ def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> P
     mt = config.mthreads
     kept = _kept(mt, fleet)
     shape = shape_of(pod)
-    if shape is not None:
-        ask = kept.asks.get(shape)
-        if ask is not None:
-            return ask
-    ask = _read(pod, mt, kept.fleet)
-    if shape is not None:
-        if len(kept.asks) >= SHAPES_KEPT:
-            kept.asks.clear()
-        kept.asks[shape] = ask
+    uid = (pod.get("metadata") or {}).get("uid")
+    if shape is None or not isinstance(uid, str) or not uid:  # nobody to forget it for
+        return _read(pod, mt, kept.fleet)
+    ask = kept.asks.get(shape)
+    if ask is None:
+        if len(kept.asks) >= SHAPES_KEPT or len(_ASKED) >= ASKERS_KEPT:
+            _start_over()
+        ask = kept.asks[shape] = _read(pod, mt, kept.fleet)
+    before = _ASKED.get(uid)
+    if before is None or before[0] is not kept or before[1] != shape:
+        forget(uid)
+        kept.askers.setdefault(shape, set()).add(uid)
+        _ASKED[uid] = (kept, shape)
     return ask
+
+
+def forget(uid: str) -> None:
+    """The pod no longer waits (bound or gone): its answer goes with the last pod it answered."""
+    where = _ASKED.pop(uid, None)
+    if where is None:
+        return
+    kept, shape = where
+    askers = kept.askers.get(shape)
+    if askers is not None:
+        askers.discard(uid)
+        if not askers:
+            del kept.askers[shape]
+            kept.asks.pop(shape, None)
+
+
+def _start_over() -> None:
+    for kept in _KEPT.values():
+        kept.asks.clear()
+        kept.askers.clear()
+    _ASKED.clear()
 
 
 def _kept(mt: MthreadsConfig, fleet: Fleet | None) -> _Kept:
@@ -79,6 +109,7 @@ def _kept(mt: MthreadsConfig, fleet: Fleet | None) -> _Kept:
     kept = _KEPT.get(key)
     if kept is None:
         if len(_KEPT) >= CONFIGS_KEPT:
+            _start_over()
             _KEPT.clear()
         kept = _KEPT[key] = _Kept(mt, fleet or Fleet.of(mt.memory_per_card))
     return kept

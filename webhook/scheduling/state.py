@@ -18,6 +18,8 @@ from ..config import MthreadsConfig
 from ..json_types import JsonObject
 from ..pods import resource_names
 from .inventory import NodeCards, node_cards
+from .one_copy import hold, release
+from .pod_facts import hold_facts, release_facts
 from .pod_index import PodIndex
 from .resources import (
     NO_DEVICES,
@@ -238,6 +240,7 @@ class ClusterState:
         return share
 
     def clear_shares(self) -> None:
+        self._release_all()
         self.shares.clear()
         self.cards.clear()
         self.node_usage.clear()
@@ -246,7 +249,21 @@ class ClusterState:
             self._reindex(name)
         self.generation += 1
 
+    def _release_all(self) -> None:
+        for share in self.shares.values():
+            _counted(share, -1)
+
+    def __del__(self) -> None:
+        # a state dropped with its shares (an allocator's session ends, a test's state) lets
+        # go of the copies they held, as removing them one by one would; at the interpreter's
+        # exit the tables may be gone first, and nothing is left to free
+        try:
+            self._release_all()
+        except Exception:
+            pass
+
     def _apply(self, share: PodShare, sign: int, cards: bool = True) -> None:
+        _counted(share, sign)
         nu = self.node_usage.setdefault(share.node, NodeUsage())
         nu.requested = nu.requested + share.resources if sign > 0 else nu.requested - share.resources
         nu.devices = nu.devices + share.device_requests if sign > 0 else nu.devices - share.device_requests
@@ -288,6 +305,21 @@ class ClusterState:
 
 
 _IDLE = CardUsage()
+
+
+def _counted(share: PodShare, sign: int) -> None:
+    """The share's values held (sign +1) or released (-1) in one_copy's tables: the copies the
+    next readings of equal values find, kept no longer than a counted share holds them."""
+    if sign > 0:
+        hold(share.resources)
+        hold(share.device_requests)
+        if share.pod is not None:
+            hold_facts(share.pod)
+    else:
+        release(share.resources)
+        release(share.device_requests)
+        if share.pod is not None:
+            release_facts(share.pod)
 
 
 def card_used(memory_mib: int, u: CardUsage) -> float:
