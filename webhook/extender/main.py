@@ -29,6 +29,7 @@ from ..cli.early_listen import take
 from ..config import Config
 from ..kube.api import Api
 from ..kube.informer import Informer
+from ..observe.annotation_metrics import IgnoredAnnotationsCollector
 from ..observe.hami_metrics import metrics_page
 from .app import ExtenderApp
 from .cache import Cache
@@ -47,7 +48,8 @@ GC_YOUNG = 20_000  # allocations between young collections (Python's default: 70
 def build(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
     """The extender app over its cache, whose watches `answer_until_stopped` runs on its loop."""
     cache = Cache(config)
-    return ExtenderApp(Extender(config, cache, api), metrics_page(cache.core.snapshot)), cache
+    page = metrics_page(cache.core.snapshot, IgnoredAnnotationsCollector(cache.ignored_counts))
+    return ExtenderApp(Extender(config, cache, api), page), cache
 
 
 async def answer_until_stopped(application: ExtenderApp, cache: Cache, sock: socket.socket,

@@ -92,11 +92,14 @@ class HamiCollector(Collector):
         return []  # the families are made on each scrape; nothing to check at registration
 
 
-def metrics_page(snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]]) -> Callable[[], tuple]:
-    """A Flask view for GET /metrics with HAMi's families (for the extender, whose app has no
-    registry of its own)."""
+def metrics_page(snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]],
+                 *others: Collector) -> Callable[[], tuple]:
+    """A Flask view for GET /metrics with HAMi's families and `others` (for the extender, whose
+    app has no registry of its own)."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
     registry = CollectorRegistry()
     registry.register(HamiCollector(snapshot))
+    for collector in others:
+        registry.register(collector)
     return lambda: (generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST})
