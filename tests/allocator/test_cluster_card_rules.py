@@ -132,3 +132,30 @@ def test_memory_only_slices_stop_at_the_card_s_limit(admin, fleet, namespace, st
     wait_for(lambda: sum(bool(bound_pod(admin, namespace, n)) for n in waiting) == 1, 60,
              what="one waiting slice bound")
     assert len([p for p in list_pods(admin, namespace) if p["spec"].get("nodeName") == node]) == 16
+
+
+def test_a_limit_of_5000_digits_is_told_and_counted_and_the_allocator_goes_on(
+        admin, fleet, namespace, start_allocator):
+    """Issue 46, finding 7: int() of the annotation raised ValueError and the allocator
+    crash-looped. The node keeps the config's limit, the node gets a Warning event naming the
+    key, and the counter of ignored annotations counts it."""
+    node, = fleet(1, 96)
+    annotate(admin, node, {LIMIT: "9" * 5000})
+    alloc = start_allocator()
+    p = wait_bound(admin, namespace, create(admin, namespace, pinned(fleet, slice_(8, 2, name="c"),
+                                                                        name="p")))
+    assert card_of(p) == f"{node}-mthreads-0"
+
+    def warnings():
+        found = [e for e in k.CoreV1Api(admin).list_namespaced_event("default").items
+                 if e.involved_object.kind == "Node" and e.involved_object.name == node
+                 and e.reason == "InvalidCardAnnotation"]
+        return found or None
+    (event,) = wait_for(warnings, 30, what="the Warning event on the node")
+    assert event.message.startswith(f"{LIMIT}: ignored '999") and event.message.endswith(
+        "(5000 characters) (not a whole number from 1 to 16); the limit is maxInstancesPerCard, 16")
+    counter = f'mthreads_node_annotations_ignored_total{{annotation="{LIMIT}"}}'
+    wait_for(lambda: alloc.metric(counter) == 1, 30, what="the counter of ignored annotations")
+    assert alloc.metric(f'mthreads_card_containers_limit{{device_index="0",'
+                        f'device_uuid="{node}-mthreads-0",node="{node}"}}') == 16
+    assert alloc.running() and "Traceback" not in alloc.log()
