@@ -13,6 +13,7 @@ from .yaml_files import YamlFileError, load_yaml
 
 POLICIES = ("binpack", "spread")
 MAX_INSTANCES = 16  # the vendor's max_inst ranges over 1..16
+MAX_QUANTITY = 2**31 - 1  # of an Mthreads resource (SPEC 1), so of a card's units too
 
 
 class ConfigError(ValueError):
@@ -141,7 +142,7 @@ def _strings(value: Any, path: str) -> tuple[str, ...]:
 def _policy(m: dict[str, Any], key: str, default: str) -> str:
     value = m.get(key, default)
     if not isinstance(value, str) or value not in POLICIES:
-        raise ConfigError(f"allocator.{key}: must be one of {', '.join(POLICIES)}, got {value!r}")
+        raise ConfigError(f"allocator.{key}: must be one of {', '.join(POLICIES)}, got {_kind(value)}")
     return value
 
 
@@ -155,9 +156,9 @@ def _capacities(value: Any) -> tuple[int, ...]:
         raise ConfigError(f"{path}: must list at least one card capacity")
     seen: set[int] = set()
     for i, item in enumerate(value):
-        if not _is_int(item) or item < 2:
-            raise ConfigError(f"{path}[{i}]: must be a whole number of 512 MiB units, at least 2, "
-                              f"got {item!r}")
+        if not _is_int(item) or not 2 <= item <= MAX_QUANTITY:
+            raise ConfigError(f"{path}[{i}]: must be a whole number of 512 MiB units, from 2 to "
+                              f"{MAX_QUANTITY}, got {_kind(item)}")
         if item in seen:
             raise ConfigError(f"{path}[{i}]: {item} is listed twice")
         seen.add(item)
@@ -179,6 +180,9 @@ def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
     if isinstance(value, str):
-        return repr(value)
+        return repr(value) if len(value) <= 64 else f"{value[:64]!r}... ({len(value)} characters)"
+    if _is_int(value) and value.bit_length() > 64:  # its digits would make the line (or raise)
+        digits = len(str(abs(value))) if value.bit_length() < 14_000 else "more than 4,200"
+        return f"an integer of {digits} digits"
     return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) \
         else type(value).__name__

@@ -14,11 +14,10 @@ from typing import Any
 
 from . import annotations as keys
 from .cards import CORES_PER_CARD, CardModel, Fleet
-from .config import MthreadsConfig
+from .config import MAX_QUANTITY, MthreadsConfig
 from .json_types import JsonObject
 
 VENDOR_WHOLE_GPU = "mthreads.com/gpu"  # the vendor plugin's own whole-card resource
-MAX_QUANTITY = 2**31 - 1
 # A pod's cards are on one node, and no node holds more: this bounds the patch and the
 # annotation the webhook writes (one entry per card) however large a count a user types.
 MAX_CARDS_PER_POD = 64
