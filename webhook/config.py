@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .shown import shown
 from .yaml_files import YamlFileError, load_yaml
 
 POLICIES = ("binpack", "spread")
@@ -179,10 +180,7 @@ def _is_int(value: Any) -> bool:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
-    if isinstance(value, str):
-        return repr(value) if len(value) <= 64 else f"{value[:64]!r}... ({len(value)} characters)"
-    if _is_int(value) and value.bit_length() > 64:  # its digits would make the line (or raise)
-        digits = len(str(abs(value))) if value.bit_length() < 14_000 else "more than 4,200"
-        return f"an integer of {digits} digits"
+    if isinstance(value, str) or _is_int(value) and value.bit_length() > 64:
+        return shown(value)
     return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) \
         else type(value).__name__

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from .. import annotations as keys
 from ..config import MAX_INSTANCES
 from ..json_types import JsonObject
+from ..shown import shown
 
 _INDEX = re.compile(r"[0-9]+")
 _LIMIT = re.compile(r"0*([0-9]{1,3})")  # 1..16, leading zeros allowed: never a long number to convert
 WARNING_REASON = "InvalidCardAnnotation"  # the Warning event's reason on the node
 READ_KEYS = (keys.CORDON, keys.MAX_INSTANCES)  # every node annotation the project reads
-_QUOTED = 64  # characters of an ignored entry a message quotes
 _LISTED = 8  # ignored entries a message names, the count of the rest after them
 
 
@@ -44,23 +44,16 @@ def cordoned_cards(node: str, text: object) -> tuple[frozenset[str], list[str]]:
     for item in text.split(","):
         entry = item.strip()
         if not entry:
-            bad.append(f"{_quoted(item)} (an empty item)")
+            bad.append(f"{shown(item)} (an empty item)")
         elif any(c.isspace() for c in entry):
-            bad.append(f"{_quoted(entry)} (spaces inside an id)")
+            bad.append(f"{shown(entry)} (spaces inside an id)")
         elif not entry.startswith(prefix) or not _INDEX.fullmatch(entry[len(prefix):]):
-            bad.append(f"{_quoted(entry)} (not a card of {node}: <node>-mthreads-<index>)")
+            bad.append(f"{shown(entry)} (not a card of {node}: <node>-mthreads-<index>)")
         else:
             cards.add(entry)
     if len(bad) > _LISTED:
         bad[_LISTED:] = [f"{len(bad) - _LISTED} more entries"]
     return frozenset(cards), bad
-
-
-def _quoted(text: str) -> str:
-    """`text` as a message quotes it, cut short when long."""
-    if len(text) <= _QUOTED:
-        return repr(text)
-    return f"{text[:_QUOTED]!r}... ({len(text)} characters)"
 
 
 def card_settings(node: JsonObject, default_limit: int) -> CardSettings:
@@ -77,8 +70,8 @@ def card_settings(node: JsonObject, default_limit: int) -> CardSettings:
         if given is not None:
             limit = given
         else:
-            shown = _quoted(raw) if isinstance(raw, str) else f"a {type(raw).__name__}"
-            ignored.append(f"{keys.MAX_INSTANCES}: ignored {shown} (not a whole number "
+            quoted = shown(raw) if isinstance(raw, str) else f"a {type(raw).__name__}"
+            ignored.append(f"{keys.MAX_INSTANCES}: ignored {quoted} (not a whole number "
                            f"from 1 to {MAX_INSTANCES}); the limit is maxInstancesPerCard, {default_limit}")
             ignored_keys.append(keys.MAX_INSTANCES)
     return CardSettings(cordoned, limit, tuple(ignored), tuple(ignored_keys))
