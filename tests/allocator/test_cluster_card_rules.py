@@ -34,6 +34,14 @@ def seen_cordoned(alloc, node: str, cards: int) -> None:
              what=f"the allocator seeing {cards} card(s) of {node} cordoned")
 
 
+def node_warnings(admin, node: str) -> list | None:
+    """The node's InvalidCardAnnotation Warning events; None while there is none."""
+    found = [e for e in k.CoreV1Api(admin).list_namespaced_event("default").items
+             if e.involved_object.kind == "Node" and e.involved_object.name == node
+             and e.reason == "InvalidCardAnnotation"]
+    return found or None
+
+
 def pinned(fleet, *containers, name):
     return pod(*containers, name=name, spec={"nodeSelector": fleet.selector})
 
@@ -79,19 +87,14 @@ def test_a_malformed_cordon_is_told_once_on_the_node_and_its_good_entries_count(
                                                                         name="p")))
     assert card_of(p) == f"{node}-mthreads-1"  # the valid entry is honoured
 
-    def warnings():
-        found = [e for e in k.CoreV1Api(admin).list_namespaced_event("default").items
-                 if e.involved_object.kind == "Node" and e.involved_object.name == node
-                 and e.reason == "InvalidCardAnnotation"]
-        return found or None
-    (event,) = wait_for(warnings, 30, what="the Warning event on the node")
+    (event,) = wait_for(lambda: node_warnings(admin, node), 30, what="the Warning event on the node")
     assert event.type == "Warning" and event.source.component == "hami-scheduler"
     assert event.message == ("hami.io/device-cordon: ignored '' (an empty item), 'other-mthreads-1' "
                              f"(not a card of {node}: <node>-mthreads-<index>)")
     annotate(admin, node, {"unrelated": "x"})  # the node changes, the cordon does not
     create(admin, namespace, pinned(fleet, slice_(8, 2, name="c"), name="q"))
     wait_bound(admin, namespace, "q")
-    assert len(warnings()) == 1  # once per change
+    assert len(node_warnings(admin, node)) == 1  # once per change
 
 
 def test_memory_only_slices_stop_at_the_card_s_limit(admin, fleet, namespace, start_allocator):
@@ -146,12 +149,7 @@ def test_a_limit_of_5000_digits_is_told_and_counted_and_the_allocator_goes_on(
                                                                         name="p")))
     assert card_of(p) == f"{node}-mthreads-0"
 
-    def warnings():
-        found = [e for e in k.CoreV1Api(admin).list_namespaced_event("default").items
-                 if e.involved_object.kind == "Node" and e.involved_object.name == node
-                 and e.reason == "InvalidCardAnnotation"]
-        return found or None
-    (event,) = wait_for(warnings, 30, what="the Warning event on the node")
+    (event,) = wait_for(lambda: node_warnings(admin, node), 30, what="the Warning event on the node")
     assert event.message.startswith(f"{LIMIT}: ignored '999") and event.message.endswith(
         "(5000 characters) (not a whole number from 1 to 16); the limit is maxInstancesPerCard, 16")
     counter = f'mthreads_node_annotations_ignored_total{{annotation="{LIMIT}"}}'
