@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-from functools import lru_cache
 
 MAX_VALUE = 2**63 - 1  # int64: where Value and MilliValue saturate
 
@@ -28,14 +27,13 @@ _INT32 = 2**31
 # nonzero digit past the kept ones rounds the same once they are at least as many as the
 # largest power of two (Ei, 2^60) can shift into the units.
 _FRACTION_KEPT = 64
-_KEPT_TEXT = 64  # longer texts are read each time, not kept (a cache of them would hold megabytes)
 
 
 def value(raw: object, milli: bool = False, round_up: bool = True) -> int:
     """`raw` (a text, or a number as YAML or a test gives it) in units, or thousandths with
     `milli`; rounded up as Value and MilliValue round, or down; between 0 and MAX_VALUE."""
     if type(raw) is str:
-        return _kept(raw, milli, round_up) if len(raw) <= _KEPT_TEXT else _text(raw, milli, round_up)
+        return _text(raw, milli, round_up)
     if isinstance(raw, bool):
         return 0
     if isinstance(raw, int):
@@ -43,11 +41,6 @@ def value(raw: object, milli: bool = False, round_up: bool = True) -> int:
     if isinstance(raw, float):
         return _text(repr(raw), milli, round_up) if math.isfinite(raw) else 0
     return 0
-
-
-@lru_cache(maxsize=4096)  # pods and nodes repeat a few texts ("250m", "1Gi") many times
-def _kept(raw: str, milli: bool, round_up: bool) -> int:
-    return _text(raw, milli, round_up)
 
 
 def _text(raw: str, milli: bool, round_up: bool) -> int:

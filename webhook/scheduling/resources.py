@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TypeAlias
 
 from ..json_types import JsonObject
@@ -52,11 +53,27 @@ def _combine(a: Amounts, b: Amounts, sign: int) -> Amounts:
 
 def cpu_milli(raw: object) -> int:
     """A cpu quantity in millicores, rounded up (MilliValue); 0 if unreadable or not positive."""
-    return value(raw, milli=True)
+    return _cpu_milli_text(raw) if type(raw) is str and len(raw) <= _KEPT else value(raw, True)
 
 
 def whole_units(raw: object) -> int:
     """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
+    return _whole_units_text(raw) if type(raw) is str and len(raw) <= _KEPT else value(raw)
+
+
+# The answers for the texts pods and nodes repeat ("250m", "1Gi"), kept: a pod's requests are
+# read at each of its decisions and again when the watch shows it bound. A longer text is read
+# each time (in linear time): kept, 4096 of them could hold gigabytes.
+_KEPT = 64
+
+
+@lru_cache(maxsize=4096)
+def _cpu_milli_text(raw: str) -> int:
+    return value(raw, True)
+
+
+@lru_cache(maxsize=4096)
+def _whole_units_text(raw: str) -> int:
     return value(raw)
 
 
