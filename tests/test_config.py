@@ -106,3 +106,32 @@ def test_two_documents_are_refused(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(str(tmp_path / "nope.yaml"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("devices:\n  mthreads:\n    memoryPerCard: [" + "9" * 5000 + "]\n",
+     "c.yaml: holds a number too long to read (more than 4,300 digits)"),
+    ("devices:\n  mthreads:\n    maxInstancesPerCard: " + "1" * 4301 + "\n",
+     "c.yaml: holds a number too long to read (more than 4,300 digits)"),
+    ("devices:\n  mthreads:\n    memoryPerCard: [" + "9" * 4000 + "]\n",
+     "c.yaml: devices.mthreads.memoryPerCard[0]: must be a whole number of 512 MiB units, from 2 "
+     "to 2147483647, got an integer of 4000 digits"),
+    ("devices:\n  mthreads:\n    memoryPerCard: [2147483648]\n",
+     "c.yaml: devices.mthreads.memoryPerCard[0]: must be a whole number of 512 MiB units, from 2 "
+     "to 2147483647, got int 2147483648"),
+    ("devices:\n  mthreads:\n    memoryPerCard: [1e1000000]\n",
+     "c.yaml: devices.mthreads.memoryPerCard[0]: must be a whole number of 512 MiB units, from 2 "
+     "to 2147483647, got '1e1000000'"),
+    ("allocator:\n  nodePolicy: " + "x" * 100_000 + "\n",
+     f"c.yaml: allocator.nodePolicy: must be one of binpack, spread, got {'x' * 64!r}... "
+     "(100000 characters)"),
+])
+def test_a_config_number_of_any_size_gets_one_line(tmp_path, text, message):
+    """Issue 46, findings 1 and 7, for the config: a YAML integer past 4,300 digits raised
+    ValueError (a stack trace at start); a capacity past 2^31-1 was taken (no pod could ask for
+    a slice of it, SPEC 1's bound)."""
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(str(f))
+    assert str(e.value).endswith(message) and len(str(e.value)) < 400

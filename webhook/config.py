@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .shown import shown
 from .yaml_files import YamlFileError, load_yaml
 
 POLICIES = ("binpack", "spread")
 MAX_INSTANCES = 16  # the vendor's max_inst ranges over 1..16
+MAX_QUANTITY = 2**31 - 1  # of an Mthreads resource (SPEC 1), so of a card's units too
 
 
 class ConfigError(ValueError):
@@ -141,7 +143,7 @@ def _strings(value: Any, path: str) -> tuple[str, ...]:
 def _policy(m: dict[str, Any], key: str, default: str) -> str:
     value = m.get(key, default)
     if not isinstance(value, str) or value not in POLICIES:
-        raise ConfigError(f"allocator.{key}: must be one of {', '.join(POLICIES)}, got {value!r}")
+        raise ConfigError(f"allocator.{key}: must be one of {', '.join(POLICIES)}, got {_kind(value)}")
     return value
 
 
@@ -155,9 +157,9 @@ def _capacities(value: Any) -> tuple[int, ...]:
         raise ConfigError(f"{path}: must list at least one card capacity")
     seen: set[int] = set()
     for i, item in enumerate(value):
-        if not _is_int(item) or item < 2:
-            raise ConfigError(f"{path}[{i}]: must be a whole number of 512 MiB units, at least 2, "
-                              f"got {item!r}")
+        if not _is_int(item) or not 2 <= item <= MAX_QUANTITY:
+            raise ConfigError(f"{path}[{i}]: must be a whole number of 512 MiB units, from 2 to "
+                              f"{MAX_QUANTITY}, got {_kind(item)}")
         if item in seen:
             raise ConfigError(f"{path}[{i}]: {item} is listed twice")
         seen.add(item)
@@ -178,7 +180,7 @@ def _is_int(value: Any) -> bool:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
-    if isinstance(value, str):
-        return repr(value)
+    if isinstance(value, str) or _is_int(value) and value.bit_length() > 64:
+        return shown(value)
     return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) \
         else type(value).__name__

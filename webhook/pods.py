@@ -14,11 +14,11 @@ from typing import Any
 
 from . import annotations as keys
 from .cards import CORES_PER_CARD, CardModel, Fleet
-from .config import MthreadsConfig
+from .config import MAX_QUANTITY, MthreadsConfig
 from .json_types import JsonObject
+from .shown import shown
 
 VENDOR_WHOLE_GPU = "mthreads.com/gpu"  # the vendor plugin's own whole-card resource
-MAX_QUANTITY = 2**31 - 1
 # A pod's cards are on one node, and no node holds more: this bounds the patch and the
 # annotation the webhook writes (one entry per card) however large a count a user types.
 MAX_CARDS_PER_POD = 64
@@ -154,8 +154,8 @@ def parse_quantity(raw: Any) -> int | None:
 
 
 def _display(raw: Any) -> str:
-    """A value as a message shows it: 32, "16Gi", 1.5."""
-    return json.dumps(raw) if isinstance(raw, (str, int, float, bool)) or raw is None \
+    """A value as a message shows it: 32, "16Gi", 1.5 (a long one cut short: shown.py)."""
+    return shown(raw, json.dumps) if isinstance(raw, (str, int, float, bool)) or raw is None \
         else type(raw).__name__
 
 

@@ -25,3 +25,5 @@ def load_yaml(path: str) -> list[Any]:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise YamlFileError(f"{path}: not valid YAML{where}") from None
+    except ValueError:  # from int(): past Python's 4,300 digits; nothing else of YAML raises it
+        raise YamlFileError(f"{path}: holds a number too long to read (more than 4,300 digits)") from None

@@ -291,3 +291,21 @@ def test_binding_denial_messages(meta, user, words):
     with pytest.raises(InvalidRequest) as e:
         check_binding({"kind": "Binding", "metadata": meta}, rules(), user)
     assert all(w in e.value.message for w in words), e.value.message
+
+
+@pytest.mark.parametrize("raw, shown", [
+    ("1e1000000", '"1e1000000"'),
+    ("9" * 1_000_000, f'"{"9" * 64}"... (1000000 characters)'),
+    ("1" + "0" * 100_000 + "Gi", f'"1{"0" * 63}"... (100003 characters)'),
+    (10**5000, "an integer of more than 4,200 digits"),
+    (10**30, "an integer of 31 digits"),
+], ids=["1e1000000", "a million 9s", "a long Gi", "10^5000", "10^30"])
+def test_a_quantity_of_any_size_is_denied_in_a_short_message(raw, shown):
+    """Issue 46, finding 1, on the admission side: the value is read by a bounded pattern, and
+    the denial quotes it short (it repeated the whole megabyte, and raised ValueError on an
+    integer past 4,300 digits)."""
+    p = pod(c("train", 1, 2))
+    p["spec"]["containers"][0]["resources"]["limits"][MEMORY] = raw  # as JSON gave it
+    e = denial(p)
+    assert e.rule == 1 and e.message == (f'container "train": {MEMORY}={shown} is not valid; it must be '
+                                         f"a plain positive integer (at most 2147483647)")

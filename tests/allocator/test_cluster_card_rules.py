@@ -34,6 +34,14 @@ def seen_cordoned(alloc, node: str, cards: int) -> None:
              what=f"the allocator seeing {cards} card(s) of {node} cordoned")
 
 
+def node_warnings(admin, node: str) -> list | None:
+    """The node's InvalidCardAnnotation Warning events; None while there is none."""
+    found = [e for e in k.CoreV1Api(admin).list_namespaced_event("default").items
+             if e.involved_object.kind == "Node" and e.involved_object.name == node
+             and e.reason == "InvalidCardAnnotation"]
+    return found or None
+
+
 def pinned(fleet, *containers, name):
     return pod(*containers, name=name, spec={"nodeSelector": fleet.selector})
 
@@ -79,19 +87,14 @@ def test_a_malformed_cordon_is_told_once_on_the_node_and_its_good_entries_count(
                                                                         name="p")))
     assert card_of(p) == f"{node}-mthreads-1"  # the valid entry is honoured
 
-    def warnings():
-        found = [e for e in k.CoreV1Api(admin).list_namespaced_event("default").items
-                 if e.involved_object.kind == "Node" and e.involved_object.name == node
-                 and e.reason == "InvalidCardAnnotation"]
-        return found or None
-    (event,) = wait_for(warnings, 30, what="the Warning event on the node")
+    (event,) = wait_for(lambda: node_warnings(admin, node), 30, what="the Warning event on the node")
     assert event.type == "Warning" and event.source.component == "hami-scheduler"
     assert event.message == ("hami.io/device-cordon: ignored '' (an empty item), 'other-mthreads-1' "
                              f"(not a card of {node}: <node>-mthreads-<index>)")
     annotate(admin, node, {"unrelated": "x"})  # the node changes, the cordon does not
     create(admin, namespace, pinned(fleet, slice_(8, 2, name="c"), name="q"))
     wait_bound(admin, namespace, "q")
-    assert len(warnings()) == 1  # once per change
+    assert len(node_warnings(admin, node)) == 1  # once per change
 
 
 def test_memory_only_slices_stop_at_the_card_s_limit(admin, fleet, namespace, start_allocator):
@@ -132,3 +135,25 @@ def test_memory_only_slices_stop_at_the_card_s_limit(admin, fleet, namespace, st
     wait_for(lambda: sum(bool(bound_pod(admin, namespace, n)) for n in waiting) == 1, 60,
              what="one waiting slice bound")
     assert len([p for p in list_pods(admin, namespace) if p["spec"].get("nodeName") == node]) == 16
+
+
+def test_a_limit_of_5000_digits_is_told_and_counted_and_the_allocator_goes_on(
+        admin, fleet, namespace, start_allocator):
+    """Issue 46, finding 7: int() of the annotation raised ValueError and the allocator
+    crash-looped. The node keeps the config's limit, the node gets a Warning event naming the
+    key, and the counter of ignored annotations counts it."""
+    node, = fleet(1, 96)
+    annotate(admin, node, {LIMIT: "9" * 5000})
+    alloc = start_allocator()
+    p = wait_bound(admin, namespace, create(admin, namespace, pinned(fleet, slice_(8, 2, name="c"),
+                                                                        name="p")))
+    assert card_of(p) == f"{node}-mthreads-0"
+
+    (event,) = wait_for(lambda: node_warnings(admin, node), 30, what="the Warning event on the node")
+    assert event.message.startswith(f"{LIMIT}: ignored '999") and event.message.endswith(
+        "(5000 characters) (not a whole number from 1 to 16); the limit is maxInstancesPerCard, 16")
+    counter = f'mthreads_node_annotations_ignored_total{{annotation="{LIMIT}"}}'
+    wait_for(lambda: alloc.metric(counter) == 1, 30, what="the counter of ignored annotations")
+    assert alloc.metric(f'mthreads_card_containers_limit{{device_index="0",'
+                        f'device_uuid="{node}-mthreads-0",node="{node}"}}') == 16
+    assert alloc.running() and "Traceback" not in alloc.log()

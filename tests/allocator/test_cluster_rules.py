@@ -97,3 +97,22 @@ def test_claims_pin_the_pod_to_its_volume_and_a_missing_claim_waits_for_it(
             storage.delete_storage_class(cls)
     finally:
         core.delete_persistent_volume(volume)
+
+
+def test_a_pod_asking_past_int64_is_refused_as_kube_scheduler_refuses_it_and_the_next_binds(
+        admin, fleet, namespace, start_allocator):
+    """Issue 46, finding 1: the API server stores ephemeral-storage "1e1000000" as "10e999999";
+    reading it raised decimal.Overflow and killed the allocator's decision thread (both replicas
+    crash-looped on it). It now counts 2^63-1 bytes, as Quantity.Value saturates: no node has
+    room, and the pod says so; the pods after it are decided as before."""
+    fleet(2, 96)
+    alloc = start_allocator()
+    huge = gpu_pod("huge", fleet)
+    huge["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "1e1000000"
+    create(admin, namespace, huge)
+    stored = k.CoreV1Api(admin).read_namespaced_pod("huge", namespace).spec.containers[0]
+    assert stored.resources.requests["ephemeral-storage"] == "10e999999"
+    assert "1 Insufficient ephemeral-storage" in unschedulable_message(admin, namespace, "huge")
+    create(admin, namespace, gpu_pod("next", fleet))
+    wait_for(lambda: bound_pod(admin, namespace, "next"), 30, what="the next pod bound")
+    assert alloc.running() and alloc.healthy() and "Traceback" not in alloc.log()

@@ -92,6 +92,18 @@ def test_invalid_request_fails_every_node(setup):
                for v in body["FailedNodes"].values()), body
 
 
+@pytest.mark.parametrize("quantity", ["10e999999", "1e2147483647"])
+def test_a_pod_asking_past_int64_is_filtered_as_any_other(setup, quantity):
+    """Issue 46, finding 1: /filter answered such a pod with decimal.Overflow's stack trace. The
+    resources kube-scheduler counts itself are its to refuse (its NodeResourcesFit, with Value()
+    saturating at 2^63-1, offers no node); the extender answers for the cards."""
+    client, cache, api = setup
+    p = pod(slice_(8, 2))
+    p["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = quantity
+    r = client.post("/filter", json=args(pending(api, p)))
+    assert r.status_code == 200 and r.get_json() == {"NodeNames": ["s4"], "FailedNodes": {}, "Error": ""}
+
+
 def test_plain_pod_passes_every_node_and_binds_without_annotations(setup):
     client, cache, api = setup
     p = pending(api, pod())

@@ -353,3 +353,57 @@ def bodies(draw) -> tuple[bytes, str, dict | None]:
         return raw, "application/json", None
     return raw, draw(st.sampled_from(CONTENT_TYPES[:3])) if kind > 3 else \
         draw(st.sampled_from(CONTENT_TYPES)), doc
+
+
+# -- quantities and node annotations (issue 46: findings 1 and 7) ------------------------------
+
+SUFFIXES = ["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+# exponents near what matters: int64's digits, int32's bound (the API server's), far past both
+EXPONENTS = st.one_of(st.integers(-30, 30), st.integers(-2**31 - 2, 2**31 + 2),
+                      st.sampled_from([-2**31, 2**31 - 1, 2**31, 300_000, 750_000, 999_999,
+                                       1_000_000, -1_000_000, 10**20]))
+
+
+def _digits(min_size: int = 0):
+    """Digits as the API server may hold them: a few, sometimes thousands, sometimes padded."""
+    few = st.text("0123456789", min_size=min_size, max_size=25)
+    many = st.tuples(st.sampled_from("0123456789"), st.integers(19, 6000)).map(lambda t: t[0] * t[1])
+    return st.one_of(few, few, few, many, st.tuples(st.integers(0, 5000), few).map(
+        lambda t: "0" * t[0] + t[1]))
+
+
+@st.composite
+def quantity_texts(draw) -> str:
+    """A Kubernetes quantity (sign, digits, fraction, an exponent or any suffix) as the API
+    server stores one or a user writes one, and near misses of its grammar."""
+    sign = draw(st.sampled_from(["", "", "", "+", "-"]))
+    whole, fraction = draw(_digits(1)), draw(st.one_of(st.none(), _digits()))
+    number = whole if fraction is None else f"{whole}.{fraction}"
+    tail = draw(st.one_of(st.sampled_from(SUFFIXES),
+                          EXPONENTS.map(lambda e: f"{'e' if e % 2 else 'E'}{e}")))
+    text = sign + number + tail
+    return draw(st.one_of(st.just(text), st.just(text), st.just(text),
+                          st.sampled_from([f" {text}", f"{text} ", f"{text}x", f"{text}Ki",
+                                           f"{text}e", text.replace(".", ".."), text.upper()])))
+
+
+# what a pod, a node or a config may hold where a quantity goes
+any_quantity = st.one_of(quantity_texts(), quantity_texts(), wild_quantity,
+                         st.floats(allow_nan=True, allow_infinity=True),
+                         st.integers(-2**70, 2**70), st.integers(10**30, 10**60))
+
+CARD_LIMIT_TEXTS = st.one_of(
+    st.integers(-3, 40).map(str), _digits(), st.text(max_size=8),
+    st.sampled_from(["016", " 4 ", "+4", "-4", "4.0", "1e1", "١٦", "0x10", "9" * 4301, "0" * 5000 + "4"]))
+
+
+@st.composite
+def cordon_texts(draw, node: str) -> str:
+    """hami.io/device-cordon values: card ids of the node and of others, junk, empty items,
+    spaces, a long id, many items."""
+    item = st.one_of(st.integers(0, 20).map(lambda i: f"{node}-mthreads-{i}"),
+                     st.integers(0, 3).map(lambda i: f"other-mthreads-{i}"), st.text(max_size=6),
+                     st.sampled_from(["", " ", f" {node}-mthreads-1 ", f"{node}-mthreads-",
+                                      f"{node}-mthreads-{'9' * 5000}", "x" * 3000]))
+    items = draw(st.lists(item, max_size=draw(st.sampled_from([4, 4, 400]))))
+    return ",".join(items)

@@ -168,6 +168,29 @@ def plain_bound() -> dict:
     return sched_pod(plain(cpu="1"), node="n0", phase="Running")
 
 
+@pytest.mark.parametrize("quantity", ["10e999999", "1e1000000", "1e2147483647"])
+def test_a_relist_with_a_pod_asking_past_int64_keeps_every_bound_share(quantity):
+    """Issue 46, finding 1: such a pod made the relist raise half-way, every share after it
+    forgotten (and the extender's informer dead), so their cards were handed out again."""
+    c = cache(shows_unbound=False)
+    huge = bound(sched_pod(slice_(16, 4), name="huge"), card="n0-mthreads-1")
+    huge["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = quantity
+    other = bound(sched_pod(slice_(16, 4), name="other"))
+    c.apply("pod", "RESET", [huge, other])
+    assert used(c) == used(c, "n0-mthreads-1") == (8192, 4)
+
+
+@pytest.mark.parametrize("resource, quantity", [
+    ("cpu", "10e999999"), ("memory", "10e999999"), ("pods", "10e999999"),
+    ("ephemeral-storage", "10e999999"), ("example.com/nic", "1e300000")])
+def test_a_node_relist_with_allocatable_past_int64_keeps_every_node(resource, quantity):
+    c = cache()
+    huge = mt_node("huge", 2, 96)
+    huge["status"]["allocatable"][resource] = quantity
+    c.apply("node", "RESET", [huge, mt_node("n0", 2, 96)])
+    assert sorted(n.name for n in c.snapshot().nodes) == ["huge", "n0"]
+
+
 @pytest.mark.parametrize("event", ["DELETED", "MODIFIED"])
 def test_a_deleted_or_finished_pod_frees_its_share(event):
     c = cache()

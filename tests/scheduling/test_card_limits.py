@@ -79,6 +79,32 @@ def test_node_settings(annotations, limit, cordoned, ignored):
     assert (s.max_instances, s.cordoned, s.ignored) == (limit, frozenset(cordoned), ignored)
 
 
+LONG = "9" * 5000  # past Python's 4,300 digits of int(): it raised ValueError (issue 46, finding 7)
+DEFAULTED = ("mthreads.com/max-instances-per-card: ignored {} (not a whole number from 1 to 16); "
+             "the limit is maxInstancesPerCard, 16")
+
+
+@pytest.mark.parametrize("raw, limit, ignored", [
+    (LONG, 16, (DEFAULTED.format(f"{LONG[:64]!r}... (5000 characters)"),)),
+    ("9" * 4301, 16, (DEFAULTED.format(f"{LONG[:64]!r}... (4301 characters)"),)),
+    ("0" * 5000 + "4", 4, ()),
+    (" " + "0" * 100_000 + "16 ", 16, ()),
+])
+def test_a_limit_of_any_length_is_read_in_bounds(raw, limit, ignored):
+    s = card_settings(mt_node("n", 1, annotations={keys.MAX_INSTANCES: raw}), 16)
+    assert (s.max_instances, s.ignored) == (limit, ignored)
+
+
+def test_a_long_cordon_is_read_and_told_in_few_words():
+    entries = ["n-mthreads-1", "x" * 100_000] + [f"m-mthreads-{i}" for i in range(20_000)]
+    s = card_settings(mt_node("n", 2, annotations={keys.CORDON: ",".join(entries)}), 16)
+    assert s.cordoned == {"n-mthreads-1"}
+    (told,) = s.ignored
+    assert told.startswith(f"hami.io/device-cordon: ignored {'x' * 64!r}... (100000 characters) "
+                           "(not a card of n") and told.endswith(", 19993 more entries")
+    assert len(told) < 1000
+
+
 def test_the_config_limit_is_the_default():
     assert card_settings(mt_node("n", 1), 8).max_instances == 8
 
@@ -300,6 +326,17 @@ def test_ignored_entries_are_told_once_per_change():
     assert len(told.seen("MODIFIED", bad)) == 1  # broken again: told again
     told.seen("DELETED", bad)
     assert len(told.seen("ADDED", bad)) == 1  # a node made again under the name
+
+
+def test_the_warnings_told_are_counted_per_annotation():
+    told = IgnoredEntries(16)
+    assert told.counts == {keys.CORDON: 0, keys.MAX_INSTANCES: 0}  # both series from the start
+    told.seen("RESET", [node_with("a", CORDON=",", MAX_INSTANCES="9" * 5000), node_with("b")])
+    told.seen("MODIFIED", node_with("a", CORDON=",", MAX_INSTANCES="9" * 5000))  # told already
+    told.seen("MODIFIED", node_with("b", MAX_INSTANCES="0"))
+    assert told.counts == {keys.CORDON: 1, keys.MAX_INSTANCES: 2}
+    both = card_settings(node_with("a", CORDON=",", MAX_INSTANCES="0"), 16)
+    assert both.ignored_keys == (keys.CORDON, keys.MAX_INSTANCES)
 
 
 # --- the card choice against the card-by-card reasons ---------------------------------------------

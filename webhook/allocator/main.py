@@ -17,6 +17,7 @@ from ..config import Config
 from ..kube.api import Api
 from ..kube.binder import DEFAULT_WRITES
 from ..kube.leader import LeaderElector
+from ..observe.annotation_metrics import IgnoredAnnotationsCollector
 from ..observe.hami_metrics import HamiCollector
 from ..observe.pending_metrics import PendingCollector
 from .loop import Allocator
@@ -54,6 +55,7 @@ def run(config: Config, kubeconfig: str | None, namespace: str | None, metrics_b
     allocator = Allocator(config, api, leader, metrics, me, bind_threads)
     metrics.registry.register(HamiCollector(lambda: allocator.cache.snapshot()))
     metrics.registry.register(PendingCollector(lambda: allocator.queue.pods()))
+    metrics.registry.register(IgnoredAnnotationsCollector(lambda: allocator.ignored.counts))
     server = serve_metrics(metrics, metrics_bind,
                    healthy=lambda: time.monotonic() - allocator.heartbeat < 30)
     stop_leading = threading.Event()

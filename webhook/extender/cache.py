@@ -111,6 +111,10 @@ class Cache:
             self.core.release(uid)  # a reservation the bind did not take has no use now
         return failed
 
+    def ignored_counts(self) -> dict[str, int]:
+        """The warnings told per node annotation key (a metric; any thread)."""
+        return self._ignored.counts
+
     def to_tell(self) -> list[Ignored]:
         """The nodes to warn about since the last call (the watch's loop only)."""
         told, self._to_tell = self._to_tell, []

@@ -30,6 +30,7 @@ from ..cli.early_listen import take
 from ..config import Config
 from ..kube.api import Api
 from ..kube.informer import Informer
+from ..observe.annotation_metrics import IgnoredAnnotationsCollector
 from ..observe.hami_metrics import metrics_page
 from .app import READY_WAIT, ExtenderApp
 from .cache import Cache
@@ -52,10 +53,12 @@ def build(config: Config, api: Api) -> tuple[ExtenderApp, Cache]:
 
 
 def app_over(config: Config, cache: Cache, api, ready_wait: float = READY_WAIT) -> ExtenderApp:
-    """The extender app on `cache`, its /metrics with the count of objects that raised."""
+    """The extender app on `cache`, its /metrics with the count of objects that raised and of
+    the node annotations ignored."""
     registry = CollectorRegistry()
-    return ExtenderApp(Extender(config, cache, api, registry),
-                       metrics_page(cache.core.snapshot, registry), ready_wait=ready_wait)
+    page = metrics_page(cache.core.snapshot, IgnoredAnnotationsCollector(cache.ignored_counts),
+                        registry=registry)
+    return ExtenderApp(Extender(config, cache, api, registry), page, ready_wait=ready_wait)
 
 
 async def answer_until_stopped(application: ExtenderApp, cache: Cache, sock: socket.socket,

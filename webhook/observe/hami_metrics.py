@@ -93,11 +93,13 @@ class HamiCollector(Collector):
 
 
 def metrics_page(snapshot: Callable[[], tuple[Iterable, Iterable[BoundPod]]],
-                 registry=None) -> Callable[[], tuple]:
-    """A view for GET /metrics with HAMi's families (for the extender, whose app has no
-    registry of its own), beside what `registry` holds already (None: nothing)."""
+                 *others: Collector, registry=None) -> Callable[[], tuple]:
+    """A view for GET /metrics with HAMi's families and `others` (for the extender, whose app
+    has no registry of its own), beside what `registry` holds already (None: nothing)."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
     registry = registry or CollectorRegistry()
     registry.register(HamiCollector(snapshot))
+    for collector in others:
+        registry.register(collector)
     return lambda: (generate_latest(registry), 200, {"Content-Type": CONTENT_TYPE_LATEST})

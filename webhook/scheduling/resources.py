@@ -3,22 +3,14 @@ can still take, as kube-scheduler and the kubelet count them."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import TypeAlias
 
 from ..json_types import JsonObject
 from .one_copy import one_copy
-
-_SUFFIX: dict[str, int | Decimal] = {
-    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": Decimal("0.001"),
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
-
+from .quantity import value
 
 _OWN_FIELDS = ("cpu", "memory", "pods")
 
@@ -59,56 +51,30 @@ def _combine(a: Amounts, b: Amounts, sign: int) -> Amounts:
     return tuple(sorted((n, v) for n, v in summed.items() if v))
 
 
-def quantity(raw: object) -> Decimal | None:
-    """A Kubernetes quantity ("100m", "1.5", "2Gi", "1e3") as a number; None if unreadable."""
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, (int, float)):
-        return Decimal(str(raw))
-    if not isinstance(raw, str):
-        return None
-    return _quantity_text(raw)
-
-
-@lru_cache(maxsize=4096)  # pods and nodes repeat a few texts ("250m", "1Gi") many times
-def _quantity_text(raw: str) -> Decimal | None:
-    m = _QUANTITY.match(raw.strip())
-    if not m:
-        return None
-    try:
-        return Decimal(m.group(1)) * _SUFFIX[m.group(2) or ""]
-    except InvalidOperation:
-        return None
-
-
-def _rounded_up(q: Decimal | None, scale: int = 1) -> int:
-    """A positive quantity times `scale`, rounded up as Quantity.Value and MilliValue round
-    (Decimal's // truncates toward zero); 0 for anything else."""
-    if q is None or q <= 0:
-        return 0
-    return int((q * scale).to_integral_value(rounding=ROUND_CEILING))
-
-
 def cpu_milli(raw: object) -> int:
-    return _cpu_milli_text(raw) if type(raw) is str else _rounded_up(quantity(raw), 1000)
+    """A cpu quantity in millicores, rounded up (MilliValue); 0 if unreadable or not positive."""
+    return _cpu_milli_text(raw) if type(raw) is str and len(raw) <= _KEPT else value(raw, True)
 
 
 def whole_units(raw: object) -> int:
     """A positive quantity rounded up to whole units (bytes, or an extended resource's units); 0 else."""
-    return _whole_units_text(raw) if type(raw) is str else _rounded_up(quantity(raw))
+    return _whole_units_text(raw) if type(raw) is str and len(raw) <= _KEPT else value(raw)
 
 
-# The rounded amount of a text, kept as its Decimal is: a pod's requests are read at each of
-# its decisions and again when the watch shows it bound, and the Decimal arithmetic of the
-# rounding cost as much as the parse.
+# The answers for the texts pods and nodes repeat ("250m", "1Gi"), kept: a pod's requests are
+# read at each of its decisions and again when the watch shows it bound. A longer text is read
+# each time (in linear time): kept, 4096 of them could hold gigabytes.
+_KEPT = 64
+
+
 @lru_cache(maxsize=4096)
 def _cpu_milli_text(raw: str) -> int:
-    return _rounded_up(_quantity_text(raw), 1000)
+    return value(raw, True)
 
 
 @lru_cache(maxsize=4096)
 def _whole_units_text(raw: str) -> int:
-    return _rounded_up(_quantity_text(raw))
+    return value(raw)
 
 
 memory_bytes = whole_units
@@ -158,9 +124,8 @@ def node_allocatable(node: JsonObject) -> Resources:
     """What kube-scheduler counts the pods against: `status.allocatable` alone, a resource it
     does not list (the pod count too) being 0, as kube-scheduler 1.20 reads it."""
     alloc = (node.get("status") or {}).get("allocatable") or {}
-    pods = quantity(alloc.get("pods"))
     return Resources(cpu_milli(alloc.get("cpu")), memory_bytes(alloc.get("memory")),
-                     int(pods) if pods is not None and pods > 0 else 0,
+                     _whole_or_zero(alloc.get("pods")),
                      tuple(sorted((n, _whole_or_zero(raw)) for n, raw in alloc.items()
                                   if n not in _OWN_FIELDS)))
 
@@ -225,5 +190,4 @@ def device_allocatable(node: JsonObject, names: tuple[str, str, str]) -> DeviceL
 
 def _whole_or_zero(raw: object) -> int:
     """An allocatable amount, rounded down (the kubelet compares whole units); 0 if unreadable."""
-    q = quantity(raw)
-    return int(q // 1) if q is not None and q > 0 else 0
+    return value(raw, round_up=False)
