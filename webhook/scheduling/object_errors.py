@@ -7,6 +7,7 @@ the shape the rules expect.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 
 # The Kubernetes kind of each kind of watch, for an event's involvedObject.
@@ -20,7 +21,9 @@ class ObjectError:
     namespace: str
     name: str  # "" when the object names none (a list, or no readable metadata)
     uid: str
-    error: Exception
+    # builtins.Exception, not Exception: compiled by mypyc, a dataclass looks its fields' types
+    # up among the module's names, and a bare builtin's is not there (KeyError at import)
+    error: builtins.Exception
 
     @property
     def who(self) -> str:
