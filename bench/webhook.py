@@ -62,6 +62,11 @@ SLOW_CALLS, SLOW_CALL_GOAL = 10, 1.0
 # connection with its TLS handshake, within FLOOD_CALL_GOAL s.
 FLOOD_LOADS = (16, 32)
 FLOOD_CALLS, FLOOD_CALL_GOAL = 20, 1.0
+# Peers holding the slots (issue 46, finding 3): loopback addresses asking for all 1,000
+# connection slots between them (kept alive after one review, a few silent ones opened again
+# when cut off); every call of another peer meanwhile, on a new connection, within HOG_CALL_GOAL s.
+HOG_LOADS = (2, 4)
+HOG_CALLS, HOG_CALL_GOAL = 20, 1.0
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 25.0
 
@@ -89,7 +94,7 @@ def estimate(args) -> float:
     per_run = args.duration + 0.4
     return (len(CELLS) * (args.warmup + 0.4) + args.rounds * len(_concurrencies(args))
             * len(CELLS) * per_run + 10 + len(SLOW_LOADS) * (4 + SLOW_CALLS * 0.3)
-            + len(FLOOD_LOADS) * (10 + FLOOD_CALLS * 0.3))
+            + len(FLOOD_LOADS) * (10 + FLOOD_CALLS * 0.3) + len(HOG_LOADS) * (15 + HOG_CALLS * 0.3))
 
 
 # --- wrk ---------------------------------------------------------------------------------
@@ -388,6 +393,7 @@ def run(args) -> Section:
         memory = {name: s.memory() for name, s in servers.items()}
         slow_table, slow_goals = slow_clients(servers["webhook"])
         flood_table, flood_goals = flooding_peer(servers["webhook"])
+        hog_table, hog_goals = slot_hogs(servers["webhook"])
     finally:
         for s in servers.values():
             s.stop()
@@ -489,8 +495,8 @@ def run(args) -> Section:
               "one run. `req/s vs bare` is the share of the stack's ceiling that the webhook "
               "keeps; `req per CPU-s vs bare` is the same from the worker's CPU time per "
               "request, which a busy neighbour moves less than the wall clock.",
-        conditions=conditions, tables=[table, mem, slow_table, flood_table],
-        goals=goals + slow_goals + flood_goals)
+        conditions=conditions, tables=[table, mem, slow_table, flood_table, hog_table],
+        goals=goals + slow_goals + flood_goals + hog_goals)
 
 
 def slow_clients(server: Server, calls: int = SLOW_CALLS) -> tuple[Table, list[Goal]]:
@@ -553,6 +559,37 @@ def flooding_peer(server: Server, calls: int = FLOOD_CALLS) -> tuple[Table, list
     return table, goals
 
 
+def slot_hogs(server: Server, calls: int = HOG_CALLS) -> tuple[Table, list[Goal]]:
+    """Calls from 127.0.0.1 while other loopback addresses ask for every connection slot
+    (tests/hardening/slot_hogs.py), against the running webhook."""
+    from tests.hardening.slot_hogs import calls_under_slot_hogs
+    from webhook.server.slow_clients import MAX_CONNECTIONS
+
+    rows, goals = [], []
+    for peers in HOG_LOADS:
+        print(f"bench: webhook: {peers} peers holding the connection slots", flush=True)
+        r = calls_under_slot_hogs(_target(server), peers, MAX_CONNECTIONS // peers, calls=calls)
+        seconds = [t for _, t in r["calls"]]
+        answered = sum(1 for status, _ in r["calls"] if status == 200)
+        hogs = r["hogs"]
+        rows.append([str(peers), str(MAX_CONNECTIONS // peers),
+                     f"{hogs.get('held_min')}–{hogs.get('held_max')}",
+                     f"{answered} of {len(seconds)}", f"{statistics.median(seconds):.3f}",
+                     f"{statistics.quantiles(seconds, n=100, method='inclusive')[98]:.3f}",
+                     f"{max(seconds):.3f}", str(hogs.get("reopened"))])
+        goals.append(Goal(f"{peers} peers holding the connection slots: every call of another "
+                          f"peer answered within {HOG_CALL_GOAL:g} s, TLS handshake included",
+                          f"{answered} of {len(seconds)}, slowest {max(seconds):.2f} s",
+                          answered == len(seconds) and max(seconds) < HOG_CALL_GOAL))
+    table = Table(["hogging peers", "connections asked each", "held", "calls answered",
+                   "median s", "p99 s", "slowest s", "hogs' connections cut and reopened"],
+                  rows,
+                  f"Peers holding the slots: {calls} POSTs /validate from 127.0.0.1, each on a "
+                  f"new connection, while other addresses ask for all {MAX_CONNECTIONS:,} slots "
+                  f"(kept alive after one review, 8 each silent), opening again whatever is cut")
+    return table, goals
+
+
 def _target(server: Server):
     class Target:  # what the test clients need of a server
         port, url, ca = server.port, server.url, str(server.ca)
@@ -560,7 +597,7 @@ def _target(server: Server):
 
 
 def main() -> None:
-    """The slow-client and flood figures alone (`python -m bench.webhook`), against a fresh
+    """The slow-client, flood and slot figures alone (`python -m bench.webhook`), against a fresh
     webhook."""
     work = Path(tempfile.mkdtemp(prefix="bench-slow-"))
     try:
@@ -571,11 +608,13 @@ def main() -> None:
         try:
             table, goals = slow_clients(server)
             flood_table, flood_goals = flooding_peer(server)
+            hog_table, hog_goals = slot_hogs(server)
         finally:
             server.stop()
         print(table.markdown())
         print(flood_table.markdown())
-        for g in goals + flood_goals:
+        print(hog_table.markdown())
+        for g in goals + flood_goals + hog_goals:
             print(f"{'met' if g.met else 'NOT MET'}: {g.what}: {g.measured}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -14,18 +14,15 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import select
 import signal
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 
 from tests.builders import pod, review
-from tests.hardening.net import read_answer, request_bytes, timed_post
-from tests.harness.process import REPO_ROOT
+from tests.hardening.net import read_answer, request_bytes, timed_calls
+from tests.harness.process import ReportingProcess
 
 CONTAINERS = 20_000
 FLOWING = "flowing"  # printed once every connection has sent its first review
@@ -85,26 +82,20 @@ def flood(port: int, ca: str, source: str, connections: int, max_seconds: float)
 
 # --- the runner ---------------------------------------------------------------------------
 
-class Flood:
+class Flood(ReportingProcess):
     """The flooding process against `server`; start() returns once every connection has sent
     its first review, stop() (by PID) returns its answers by status."""
 
     def __init__(self, server, connections: int, source: str = "127.0.0.2",
                  max_seconds: float = 120.0):
-        self.args = [sys.executable, "-m", "tests.hardening.flood", "--port", str(server.port),
-                     "--ca", str(server.ca), "--source", source,
-                     "--connections", str(connections), "--max-seconds", str(max_seconds)]
-        self.proc: subprocess.Popen | None = None
+        super().__init__("tests.hardening.flood", [
+            "--port", str(server.port), "--ca", str(server.ca), "--source", source,
+            "--connections", str(connections), "--max-seconds", str(max_seconds)],
+            FLOWING, "the flood")
         self.started = 0.0
 
     def start(self, timeout: float = 30.0) -> "Flood":
-        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, text=True)
-        # The child prints one whole line, flushed: readable means the line is there.
-        if not select.select([self.proc.stdout], [], [], timeout)[0] \
-                or self.proc.stdout.readline() != f"{FLOWING}\n":
-            self.stop()
-            raise RuntimeError(f"the flood did not start within {timeout:g} s")
+        super().start(timeout)
         self.started = time.monotonic()
         return self
 
@@ -113,15 +104,7 @@ class Flood:
         "seconds": how long it flooded}."""
         if self.proc is None:
             return {}
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate(timeout=10)
-        lines = [ln for ln in (out or "").splitlines() if ln.startswith("{")]
-        result = json.loads(lines[-1]) if lines else {"answers": {}}
+        result = super().stop(timeout) or {"answers": {}}
         result["seconds"] = time.monotonic() - self.started if self.started else 0.0
         return result
 
@@ -132,11 +115,8 @@ def calls_under_flood(server, connections: int, calls: int = 10, timeout: float 
     included), while `connections` from 127.0.0.2 flood big reviews. Returns the calls'
     (status, seconds) and the flood's answers."""
     flooding = Flood(server, connections, max_seconds=30 + calls * (timeout + pause)).start()
-    results = []
     try:
-        for _ in range(calls):
-            results.append(timed_post(server, timeout=timeout))
-            time.sleep(pause)
+        results = timed_calls(server, calls, timeout, pause)
     finally:
         stats = flooding.stop()
     return {"calls": results, "flood": stats}

@@ -96,6 +96,16 @@ def timed_post(server, timeout: float, path: str = "/validate",
         session.close()
 
 
+def timed_calls(server, calls: int, timeout: float,
+                pause: float = 0.2) -> list[tuple[int | str, float]]:
+    """`calls` timed POSTs, each on a new connection, `pause` seconds apart."""
+    results = []
+    for _ in range(calls):
+        results.append(timed_post(server, timeout=timeout))
+        time.sleep(pause)
+    return results
+
+
 class SlowClients:
     """`count` connections that each send `payload` one byte every `interval` seconds.
 
@@ -257,12 +267,9 @@ def real_calls_under_dribbling(server, count: int, peers: int = 1, calls: int = 
     dribbling clients keep their connections up; after `settle` seconds, so that the first
     round of them has been cut off and reconnected. Returns the seconds of each call."""
     slow = DribblingClients(server, count, peers, max_seconds=settle + calls * (timeout + 1)).start()
-    results = []
     try:
         time.sleep(settle)
-        for _ in range(calls):
-            results.append(timed_post(server, timeout=timeout))
-            time.sleep(0.2)
+        results = timed_calls(server, calls, timeout)
     finally:
         slow.close()
     return {"calls": results, "reconnects": slow.reconnects}

@@ -136,8 +136,8 @@ def test_oversized_headers_are_refused(server, what, make):
 def _hold_kept_alive(server, count: int) -> list:
     """`count` TLS connections that each made one request and now sit idle, kept alive."""
     held = []
-    for i in range(count):  # from 4 peers: one may hold at most MAX_PER_PEER
-        s = connect_tls(server, source=f"127.0.0.{2 + i % 4}")
+    for i in range(count):  # from 8 peers: one may hold at most MAX_PER_PEER (250)
+        s = connect_tls(server, source=f"127.0.0.{2 + i % 8}")
         s.sendall(request_bytes())
         status, _ = read_answer(s)
         assert status == 200

@@ -1,11 +1,15 @@
-"""The one process runner of the tests: a subprocess with its output in a log file, stopped by
-its own PID (SIGTERM, then SIGKILL if it does not exit in time), never by name."""
+"""The one process runner of the tests: a subprocess with its output in a log file (a load's
+report on a pipe: ReportingProcess), stopped by its own PID (SIGTERM, then SIGKILL if it does
+not exit in time), never by name."""
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,3 +75,39 @@ class LoggedProcess:
 
     def tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+class ReportingProcess:
+    """A load of the tests in a child Python (`python -m <module> <args>`, from the repository's
+    root), so that its threads take no GIL from what is timed: it prints `ready` once its load
+    is on, runs until SIGTERM (by PID) or its own bound, then prints what it did as one JSON
+    line, which stop() returns."""
+
+    def __init__(self, module: str, args: list[str], ready: str, what: str):
+        self.args = [sys.executable, "-m", module, *args]
+        self.ready, self.what = ready, what
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float):
+        self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True)
+        # The child prints one whole line, flushed: readable means the line is there.
+        if not select.select([self.proc.stdout], [], [], timeout)[0] \
+                or self.proc.stdout.readline() != f"{self.ready}\n":
+            self.stop()
+            raise RuntimeError(f"{self.what} did not start within {timeout:g} s")
+        return self
+
+    def stop(self, timeout: float = 45.0) -> dict:
+        """SIGTERM by PID (SIGKILL if it does not exit in time); its last JSON line, {} if none."""
+        if self.proc is None:
+            return {}
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate(timeout=10)
+        lines = [ln for ln in (out or "").splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}

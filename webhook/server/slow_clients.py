@@ -15,8 +15,10 @@ and moves everything a client can make slow to the worker's event loop, non-bloc
   first byte, for a kept-alive connection's next request): past it the client gets a 408
   (if it had sent part of a request) and is closed;
 - a body over MAX_BODY is answered 413 from the loop at once, chunked or not;
-- at most MAX_PER_PEER connections from one address (more are closed on accept), at most
-  `worker_connections` in all (gthread stops accepting; the kernel's backlog holds the rest).
+- one address may hold a quarter of `worker_connections` (more are closed on accept); when
+  every slot is taken, an idle or silent connection of the peer holding the most gives way to
+  the newcomer (webhook/server/slots.py), so gthread goes on accepting; only when no connection
+  may give way (every one has a request read in full) does the kernel's backlog hold the rest.
 
 One peer cannot delay another's reviews (issue 32, item 6: 16 connections sending 2.5 MB
 reviews back to back made another client's calls take 2-5 s, with 32 up to 16 s):
@@ -52,10 +54,11 @@ from gunicorn.http.errors import NoMoreData
 from gunicorn.workers import gthread
 
 from ..admission.review import MAX_BODY
+from . import slots
 
 READ_BUDGET = 3.0  # seconds to receive a handshake and a request: well inside the API server's 5
-MAX_PER_PEER = 500  # connections from one address: half of all, room for an API server's burst
 MAX_CONNECTIONS = 1000  # in all (gunicorn's worker_connections); each costs a descriptor
+MAX_PER_PEER = slots.max_per_peer(MAX_CONNECTIONS)  # from one address, with the default above
 MAX_HEAD = 64 * 1024  # a head longer than this is handed on for gunicorn to refuse
 # After a 413 sent from the loop, what is read and dropped before closing (within the budget):
 # closing with the client's bytes unread would reset the connection, and the answer with it.
@@ -293,6 +296,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
         self.fair = FairQueue()  # requests read in full, waiting for a thread
         self.read_this_turn: dict[str, int] = {}  # bytes per peer in this loop turn
         self.accepted_at: dict[str, float] = {}  # per peer, its last accept; oldest first
+        self.max_per_peer = slots.max_per_peer(self.worker_connections)
 
     def init_process(self):
         sys.setswitchinterval(SWITCH_INTERVAL)  # in the worker: see the top
@@ -333,6 +337,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
         self.fair.done(conn.peer)
         super().finish_request(conn, fs)  # may queue the connection's next request again
         self._dispatch()
+        self._make_room()  # the slots were all taken by requests: this one may now give way
 
     def accept(self, listener):
         try:
@@ -343,7 +348,7 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
             return
         peer = addr[0] if isinstance(addr, tuple) else addr
         held = self.peers.get(peer, 0)
-        if held >= MAX_PER_PEER:
+        if held >= self.max_per_peer:
             client.close()
             return
         if self.cfg.is_ssl:
@@ -360,7 +365,30 @@ class PrefetchingThreadWorker(gthread.ThreadWorker):
         self.accepted_at[peer] = time.monotonic()
         self.nr_conns += 1
         conn = PeerConn(self.cfg, client, addr, listener.getsockname(), self.peers, peer)
+        self._make_room()  # before the newcomer is a candidate: it is the one to let in
         self._prefetch(conn)
+
+    def _make_room(self) -> None:
+        """With every slot taken, close connections that may give way (slots.to_close) until one
+        is free: gthread then goes on accepting, and a newcomer never waits in the backlog for
+        a slow client's read budget to end."""
+        while self.nr_conns >= self.worker_connections:
+            conn = slots.to_close(self.peers, (
+                ((c.peer, c) for c in self.keepalived_conns),  # idle, oldest first
+                ((c.peer, c) for c in self.prefetching if not (c.framer.buf or c.draining)),
+                ((c.peer, c) for c in self.prefetching if c.framer.buf or c.draining)))
+            if conn is None:
+                return
+            if conn in self.prefetching:
+                started = conn.framer.buf and not conn.draining
+                self._drop(conn, _answer("503 Service Unavailable", "closed to make room for "
+                                         "other peers: every connection slot is taken")
+                           if started else b"")
+            else:
+                self.keepalived_conns.remove(conn)
+                self.poller.unregister(conn.sock)
+                self.nr_conns -= 1
+                conn.close()
 
     def on_client_socket_readable(self, conn, client):
         """A kept-alive connection's next request: read it here too, not in a thread."""
