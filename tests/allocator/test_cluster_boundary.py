@@ -54,7 +54,10 @@ def ordinary(admin, namespace: str, names: list[str]) -> None:
 
 
 def test_a_huge_quantity_stops_no_replica(admin, fleet, namespace, start_allocator):
-    node, = fleet(2, 96)
+    # The huge pods bound to `node` fill its ephemeral storage: kube-scheduler 1.20, and the
+    # allocator with it, then refuse any pod there (it compares the requested sum with the
+    # allocatable even for a pod asking none), so the ordinary pods bind on `spare`.
+    node, spare = fleet(2, 96, count=2)
     # in the first list: one bound to a node (indexed), one waiting (decided)
     create(admin, namespace, asking(pod(slice_(8, 2, name="a"), name="listed-bound", node=node), HUGE))
     create(admin, namespace, asking(pod(slice_(8, 2, name="a"), name="listed-pending"), HUGE))
