@@ -5,7 +5,8 @@ reads the TLS handshake and the whole request before a thread takes the connecti
 (webhook/server/slow_clients.py): a slow client costs a file descriptor, not a thread. A handshake
 and a request must arrive within a 3 s read budget; one peer may hold MAX_PER_PEER
 connections. Without that, 32 clients dribbling their request heads left every real request
-unanswered after 10 s: docs/reliability.md, section 2.
+unanswered after 10 s: docs/reliability.md, "A slow or flooding client never delays another's
+reviews".
 
 The bound for a real request is the API server's: both webhooks have timeoutSeconds: 5, and
 they fail closed, so an answer later than that refuses the pod; the goal is 1 s.

@@ -1,4 +1,5 @@
-"""Slow clients cost a file descriptor, not a thread (docs/reliability.md, 2; issue 17, item 7).
+"""Slow clients cost a file descriptor, not a thread (docs/reliability.md, "A slow or flooding
+client never delays another's reviews").
 
 gunicorn's gthread worker hands each new connection to a thread, which then reads the TLS
 handshake and the request with blocking reads: a client sending its request head a byte at a
