@@ -6,7 +6,7 @@ import pytest
 
 from tests.builders import sched_pod as pod
 from tests.builders import slice_
-from webhook.observe.pending_metrics import NO_NODES, OTHER, WAITING, main_reason, pending_families
+from webhook.metrics.pending_metrics import NO_NODES, OTHER, WAITING, main_reason, pending_families
 from webhook.scheduling import reasons
 
 

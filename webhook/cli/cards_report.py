@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..cards import CORES_PER_CARD
-from ..config import MthreadsConfig
-from ..pods import is_mthreads_pod, resource_names
+from ..metrics.card_views import CardView, card_views
+from ..model.cards import CORES_PER_CARD
+from ..model.config import MthreadsConfig
+from ..model.pods import is_mthreads_pod, resource_names
 from ..scheduling.bound import bound_pod
 from ..scheduling.inventory import node_cards
 from ..scheduling.pod_status import (
@@ -22,7 +23,6 @@ from ..scheduling.pod_status import (
     scheduled_condition,
     scheduling_gates,
 )
-from .card_views import CardView, card_views
 from .text_lines import pack, wrap
 
 WIDTH = 80

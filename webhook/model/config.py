@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .shown import shown
-from .yaml_files import YamlFileError, load_yaml
+from ..base.shown import shown
+from ..base.yaml_files import YamlFileError, load_yaml
 
 POLICIES = ("binpack", "spread")
 MAX_INSTANCES = 16  # the vendor's max_inst ranges over 1..16

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..cards import CORES_PER_CARD, VENDOR
+from ..model.cards import CORES_PER_CARD, VENDOR
 from ..scheduling.bound import UNREADABLE, BoundPod
 from .card_metrics import card_rule_families
 from .card_views import CardView, card_views

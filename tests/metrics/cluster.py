@@ -1,4 +1,4 @@
-"""Helpers for the cluster tests of tests/observe: pods through the API server, scrapes."""
+"""Helpers for the cluster tests of tests/metrics: pods through the API server, scrapes."""
 
 from __future__ import annotations
 

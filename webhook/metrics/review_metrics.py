@@ -12,7 +12,7 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ..observe.cert_expiry import CertificateExpiry
+from .cert_expiry import CertificateExpiry
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 

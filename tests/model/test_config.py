@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.config import Config, ConfigError, load_config, parse_config
+from webhook.model.config import Config, ConfigError, load_config, parse_config
 
 
 def test_no_file_means_defaults():

@@ -8,8 +8,8 @@ import pytest
 
 from tests.builders import bound_slice, mt_node, plain, slice_
 from tests.builders import sched_pod as pod
-from webhook.config import MthreadsConfig
-from webhook.observe.cards_report import NO_REASON, as_json, report, table
+from webhook.cli.cards_report import NO_REASON, as_json, report, table
+from webhook.model.config import MthreadsConfig
 
 WHY = "0/2 nodes are available: 2 CardInsufficientMemory."
 

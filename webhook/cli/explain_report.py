@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..config import Config
+from ..model.config import Config
 from ..scheduling.cache import STORAGE_KINDS, SchedulerCache
 from ..scheduling.explain import Explanation, NodeWhy, explain
 from ..scheduling.pod_status import is_bound, is_finished, name_of, scheduling_gates, uid_of

@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.cards import Fleet, model_name, valid_memory_values
+from webhook.model.cards import Fleet, model_name, valid_memory_values
 
 
 @pytest.mark.parametrize("units, valid", [

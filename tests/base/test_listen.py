@@ -1,11 +1,11 @@
-"""HOST:PORT as the listening flags take it (webhook/bind_address.py)."""
+"""HOST:PORT as the listening flags take it (webhook/base/listen.py)."""
 
 import socket
 
 import pytest
 
-from webhook.bind_address import listen_address, parse
-from webhook.startup import USAGE, StartupError
+from webhook.base.listen import listen_address, parse
+from webhook.base.startup import USAGE, StartupError
 
 
 @pytest.mark.parametrize("value, expected", [

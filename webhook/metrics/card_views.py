@@ -2,7 +2,7 @@
 
 Both HAMi's metrics (hami_metrics.py) and the `cards` command read this view. It is made from
 the nodes' cards (scheduling/inventory.py reads them from status.capacity) and the bound pods'
-allocation annotations (decoded by webhook/hami.py), the same data the allocator's cluster
+allocation annotations (decoded by webhook/model/hami.py), the same data the allocator's cluster
 state is built from, so the figures agree with what the allocator decides on.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..cards import CORES_PER_CARD
+from ..model.cards import CORES_PER_CARD
 from ..scheduling.bound import BoundPod, Holding
 from ..scheduling.inventory import Card, NodeCards
 

@@ -10,12 +10,12 @@ import pytest
 from tests.builders import container, mt_node, plain, slice_
 from tests.builders import pod as user_pod
 from tests.builders import sched_pod as pod
-from webhook import annotations as keys
-from webhook.config import Config, MthreadsConfig
-from webhook.observe.explain_report import as_json as explain_json
-from webhook.observe.explain_report import denied, explain_pod, text
-from webhook.observe.what_if import UID, admitted, read_pod
-from webhook.startup import StartupError
+from webhook.base.startup import StartupError
+from webhook.cli.explain_report import as_json as explain_json
+from webhook.cli.explain_report import denied, explain_pod, text
+from webhook.cli.what_if import UID, admitted, read_pod
+from webhook.model import annotations as keys
+from webhook.model.config import Config, MthreadsConfig
 
 CONFIG = Config(mthreads=MthreadsConfig(memory_per_card=(96, 160)))
 LONG_NS, LONG_NAME = "e2e-cards-explain-shows-" + "n" * 36, "a-pod-whose-name-is-as-long-as-" + "p" * 29

@@ -13,8 +13,7 @@ import yaml
 
 from tests.builders import slice_
 from tests.harness.kube import ADMIN, ALICE, ensure_namespace, free_ports, read_pod
-
-from .cluster import create, pod, wait_bound, wait_unschedulable
+from tests.metrics.cluster import create, pod, wait_bound, wait_unschedulable
 
 CLI = [sys.executable, "-m", "webhook.cli", "cards"]
 

@@ -8,8 +8,8 @@ from tests.builders import mt_node, slice_
 from tests.builders import sched_pod as pod
 from tests.extender.messages import extender_client
 from tests.harness.invariants import ALLOCATED
-from webhook.config import Config
 from webhook.extender.cache import Cache
+from webhook.model.config import Config
 
 
 def scrape(client) -> dict[str, list]:

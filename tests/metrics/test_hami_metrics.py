@@ -9,9 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.builders import bound_slice, mt_node, slice_
 from tests.builders import sched_pod as pod
 from tests.harness.invariants import ALLOCATED
-from webhook.config import MthreadsConfig
-from webhook.observe.card_views import card_views
-from webhook.observe.hami_metrics import HamiCollector
+from webhook.metrics.card_views import card_views
+from webhook.metrics.hami_metrics import HamiCollector
+from webhook.model.config import MthreadsConfig
 from webhook.scheduling.bound import BoundPods, bound_pod
 from webhook.scheduling.inventory import node_cards
 from webhook.scheduling.resources import node_allocatable

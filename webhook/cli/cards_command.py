@@ -8,8 +8,8 @@ import argparse
 import sys
 from typing import Callable
 
-from ..config import Config
-from ..startup import USAGE, StartupError
+from ..base.startup import USAGE, StartupError
+from ..model.config import Config
 
 OUTPUTS = ("table", "wide", "json")
 

@@ -1,4 +1,4 @@
-"""The extender's socket listens before the program's imports (webhook/cli/early_listen.py):
+"""The extender's socket listens before the program's imports (webhook/base/listen.py):
 a connection made then waits in the backlog instead of being refused."""
 
 import socket
@@ -6,20 +6,20 @@ import socket
 import pytest
 
 from tests.harness.kube import free_ports
-from webhook.cli import early_listen
+from webhook.base import listen
 
 
 def test_a_loopback_bind_listens_at_once_and_is_handed_over():
     (port,) = free_ports(1)
     value = f"127.0.0.1:{port}"
-    early_listen.listen_early(["extender", "--config", "c.yaml", "--bind", value])
+    listen.listen_early(["extender", "--config", "c.yaml", "--bind", value])
     try:
-        assert early_listen.holds(value)
+        assert listen.holds(value)
         with socket.create_connection(("127.0.0.1", port), timeout=2):  # nobody accepts yet
             pass
     finally:
-        sock = early_listen.take(value)
-    assert sock is not None and not early_listen.holds(value)
+        sock = listen.take(value)
+    assert sock is not None and not listen.holds(value)
     sock.close()
 
 
@@ -33,10 +33,10 @@ def test_a_loopback_bind_listens_at_once_and_is_handed_over():
 def test_anything_else_is_left_to_the_normal_start(argv):
     (port,) = free_ports(1)
     argv = [a.format(port=port) for a in argv]
-    early_listen.listen_early(argv)
-    assert not any(early_listen.holds(a) for a in argv)
+    listen.listen_early(argv)
+    assert not any(listen.holds(a) for a in argv)
 
 
 def test_the_default_bind_is_the_extenders():
-    assert early_listen._bind_value(["--config", "x"]) == "127.0.0.1:8888"
-    assert early_listen._bind_value(["--bind=127.0.0.1:9"]) == "127.0.0.1:9"
+    assert listen._bind_value(["--config", "x"]) == "127.0.0.1:8888"
+    assert listen._bind_value(["--bind=127.0.0.1:9"]) == "127.0.0.1:9"

@@ -16,7 +16,7 @@ from tests.harness.kubectl import kubectl
 from tests.harness.registration import REPO_ROOT, wait_until_called, webhook_configurations
 from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
-from webhook.observe.pending_metrics import KNOWN
+from webhook.metrics.pending_metrics import KNOWN
 
 from .cluster import create, pod, wait_bound, wait_unschedulable
 from .prometheus import MONITORING, PrometheusProcess

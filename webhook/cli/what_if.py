@@ -10,10 +10,10 @@ import jsonpatch
 
 from ..admission.mutate import patch_for
 from ..admission.validate import Rules, check_create
-from ..config import Config
-from ..pods import InvalidRequest
-from ..startup import StartupError
-from ..yaml_files import YamlFileError, load_yaml
+from ..base.startup import StartupError
+from ..base.yaml_files import YamlFileError, load_yaml
+from ..model.config import Config
+from ..model.pods import InvalidRequest
 
 UID = "what-if"  # the uid of the pod that is not created
 

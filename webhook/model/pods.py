@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
 
+from ..base.json_types import JsonObject
+from ..base.shown import shown
 from . import annotations as keys
 from .cards import CORES_PER_CARD, CardModel, Fleet
 from .config import MAX_QUANTITY, MthreadsConfig
-from .json_types import JsonObject
-from .shown import shown
 
 VENDOR_WHOLE_GPU = "mthreads.com/gpu"  # the vendor plugin's own whole-card resource
 # A pod's cards are on one node, and no node holds more: this bounds the patch and the
