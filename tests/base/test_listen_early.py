@@ -29,6 +29,7 @@ def test_a_loopback_bind_listens_at_once_and_is_handed_over():
     ["extender", "--bind", "localhost:{port}"],  # a name, not an address: the normal start reads it
     ["extender", "--bind"],
     ["extender", "--bind", "127.0.0.1:99999"],
+    ["extender", "--bind", "::1:{port}"],  # IPv6 unbracketed: `parse` refuses it, as the checks do
 ])
 def test_anything_else_is_left_to_the_normal_start(argv):
     (port,) = free_ports(1)
