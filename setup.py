@@ -15,11 +15,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # The decision's hot path: what the extender and the allocator run for every pod and event.
 COMPILED = [
-    "webhook/annotations.py",
-    "webhook/cards.py",
-    "webhook/hami.py",
-    "webhook/json_types.py",
-    "webhook/pods.py",
+    "webhook/model/annotations.py",
+    "webhook/model/cards.py",
+    "webhook/model/hami.py",
+    "webhook/base/json_types.py",
+    "webhook/model/pods.py",
     "webhook/extender/decisions.py",
     "webhook/extender/wire.py",
     *sorted(f"webhook/scheduling/{name}" for name in os.listdir(os.path.join(HERE, "webhook/scheduling"))

@@ -23,8 +23,8 @@ import time
 import tracemalloc
 import uuid
 
-from webhook.cards import Fleet
-from webhook.config import Config, MthreadsConfig
+from webhook.model.cards import Fleet
+from webhook.model.config import Config, MthreadsConfig
 from webhook.scheduling.decide import Placement, place
 from webhook.scheduling.request import request_of
 from webhook.scheduling.state import ClusterState

@@ -15,7 +15,7 @@ import json
 
 from flask import Flask, Response, request
 
-from webhook.config import Config
+from webhook.model.config import Config
 from webhook.server.run import ServeOptions, WebhookServer
 from webhook.server.tls import ServingCertificate
 

@@ -25,7 +25,7 @@ import sys
 
 
 def _listen(bind: str) -> socket.socket:
-    # before the imports, as the extender does (webhook/cli/early_listen.py)
+    # before the imports, as the extender does (webhook/base/listen.py)
     host, _, port = bind.rpartition(":")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -54,14 +54,14 @@ def main(argv: list[str]) -> int:
 
     import uvloop
 
-    from webhook import fast_json
+    from webhook.base import fast_json
     from webhook.extender import wire
     from webhook.extender.app import JSON
     from webhook.extender.http_server import HttpServer
-    from webhook.hami import Device
     from webhook.kube.api import Api
     from webhook.kube.informer import Informer
     from webhook.kube.pods import post_binding
+    from webhook.model.hami import Device
     from webhook.scheduling.binding import binding_body
     from webhook.scheduling.decide import Placement
     from webhook.scheduling.pod_status import BOUND_LIVE_PODS, waiting_for

@@ -17,7 +17,7 @@ import gc
 import platform
 import time
 
-from webhook import annotations as keys
+from webhook.model import annotations as keys
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.cycle_state import cycle_of
 from webhook.scheduling.decide import Placement, place

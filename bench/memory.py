@@ -71,7 +71,7 @@ def measure(nodes: int, per_node: int) -> dict:
     import gc
     import time
 
-    from webhook.config import MthreadsConfig
+    from webhook.model.config import MthreadsConfig
     from webhook.scheduling.cache import STORAGE_KINDS, SchedulerCache
 
     from . import workload

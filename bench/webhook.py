@@ -276,7 +276,7 @@ def _cpu_model() -> str:
 
 def _server_settings() -> str:
     """The gunicorn settings webhook.server.run applies by default (both servers run with them)."""
-    from webhook.config import Config
+    from webhook.model.config import Config
     from webhook.server.run import ServeOptions, WebhookServer
     cfg = WebhookServer(Config(), ServeOptions(), certificate=None).cfg
     return (f"gunicorn {cfg.worker_class_str}, {cfg.workers} worker × {cfg.threads} threads, "

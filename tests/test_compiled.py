@@ -16,7 +16,7 @@ PURE = bool(os.environ.get("MTHREADS_PURE_PYTHON"))  # built without mypyc on pu
 
 def test_the_hot_path_is_compiled():
     sources = compiled_sources()
-    assert "webhook/scheduling/state.py" in sources and "webhook/hami.py" in sources
+    assert "webhook/scheduling/state.py" in sources and "webhook/model/hami.py" in sources
     assert "webhook/scheduling/__init__.py" not in sources
     for source in sources:
         module = importlib.import_module(module_name(source))
@@ -26,7 +26,7 @@ def test_the_hot_path_is_compiled():
             + ("MTHREADS_PURE_PYTHON is set" if PURE else "run `make install`"))
 
 
-@pytest.mark.parametrize("found", [[], ["webhook/hami.py (changed after hami.so was built)"]])
+@pytest.mark.parametrize("found", [[], ["webhook/model/hami.py (changed after hami.so was built)"]])
 def test_a_session_does_not_start_on_a_module_built_before_its_source(monkeypatch, found):
     """tests/conftest.py ends the session before any test when `stale()` names a module (so
     no test here could see one: what this checks is that conftest asks and stops)."""
@@ -41,7 +41,7 @@ def test_a_session_does_not_start_on_a_module_built_before_its_source(monkeypatc
 
 @pytest.mark.parametrize("source_after_build, expected", [(False, 0), (True, 1)])
 def test_stale_finds_a_source_edited_after_the_build(tmp_path, source_after_build, expected):
-    source = "webhook/hami.py"
+    source = "webhook/model/hami.py"
     path = tmp_path / source
     path.parent.mkdir(parents=True)
     path.write_text("")
@@ -55,4 +55,4 @@ def test_stale_finds_a_source_edited_after_the_build(tmp_path, source_after_buil
     found = stale(tmp_path)
     assert len(found) == expected
     if expected:
-        assert found[0].startswith("webhook/hami.py (changed after hami")
+        assert found[0].startswith("webhook/model/hami.py (changed after hami")

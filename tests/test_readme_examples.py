@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from webhook.config import Config
+from webhook.model.config import Config
 from webhook.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]

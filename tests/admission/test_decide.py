@@ -12,8 +12,8 @@ from tests.builders import container as c
 from webhook.admission import review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules
-from webhook.annotations import ALLOCATION_KEYS
-from webhook.config import AllocatorConfig, Config
+from webhook.model.annotations import ALLOCATION_KEYS
+from webhook.model.config import AllocatorConfig, Config
 
 ALLOCATOR = "system:serviceaccount:kube-system:mthreads-allocator"
 KUBELET = "system:node:node-1"

@@ -16,8 +16,8 @@ from webhook.admission import privilege
 from webhook.admission import review as rv
 from webhook.admission.decide import decide
 from webhook.admission.validate import Rules, check_create, check_update
-from webhook.config import Config
-from webhook.pods import InvalidRequest
+from webhook.model.config import Config
+from webhook.model.pods import InvalidRequest
 
 RULES = Rules.of(Config())
 ALLOCATOR = "system:serviceaccount:kube-system:mthreads-allocator"

@@ -7,7 +7,7 @@ from tests.builders import CORE, COUNT, MEMORY, pod
 from tests.builders import container as c
 from webhook.admission.mutate import escape, patch_for
 from webhook.admission.validate import Rules, check_create
-from webhook.config import Config, MthreadsConfig
+from webhook.model.config import Config, MthreadsConfig
 
 TO_ALLOCATE = "hami.io/mthreads-vgpu-devices-to-allocate"
 GPU_NUM = "mthreads.com/request-gpu-num"

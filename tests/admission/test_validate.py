@@ -5,9 +5,9 @@ import pytest
 from tests.builders import CORE, COUNT, MEMORY, binding, pod
 from tests.builders import container as c
 from webhook.admission.validate import Rules, check_binding, check_create, check_update
-from webhook.annotations import ALLOCATION_KEYS
-from webhook.config import AllocatorConfig, Config, MthreadsConfig, parse_config
-from webhook.pods import InvalidRequest, Kind, parse_quantity
+from webhook.model.annotations import ALLOCATION_KEYS
+from webhook.model.config import AllocatorConfig, Config, MthreadsConfig, parse_config
+from webhook.model.pods import InvalidRequest, Kind, parse_quantity
 
 ALLOCATOR = "system:serviceaccount:kube-system:mthreads-allocator"
 S4000, S5000, MIXED = (96,), (160,), (96, 160)

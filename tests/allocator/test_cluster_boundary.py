@@ -25,9 +25,9 @@ from tests.harness.kube import bound_pod, warning_events
 from tests.harness.wait import wait_for
 from webhook.allocator import loop
 from webhook.allocator.loop import Allocator
-from webhook.allocator.metrics import Metrics
-from webhook.config import parse_config
 from webhook.kube.api import Api
+from webhook.metrics.allocator_metrics import Metrics
+from webhook.model.config import parse_config
 
 from .test_cluster import create
 

@@ -10,7 +10,7 @@ from tests.builders import sched_pod as pod
 from tests.builders import slice_
 from tests.harness.kube import bound_pod, list_pods
 from tests.harness.wait import wait_for
-from tests.observe.cluster import create, wait_bound, wait_unschedulable
+from tests.metrics.cluster import create, wait_bound, wait_unschedulable
 
 pytestmark = pytest.mark.cluster
 

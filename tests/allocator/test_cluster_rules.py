@@ -12,7 +12,7 @@ from tests.builders import sched_pod as pod
 from tests.builders import slice_
 from tests.harness.kube import bound_pod
 from tests.harness.wait import wait_for
-from tests.observe.cluster import wait_unschedulable
+from tests.metrics.cluster import wait_unschedulable
 
 pytestmark = pytest.mark.cluster
 

@@ -12,11 +12,11 @@ import pytest
 from tests.builders import mt_node, sched_pod, slice_, whole
 from tests.harness.fake_api import FakeApi
 from tests.harness.wait import wait_for
-from webhook import annotations as keys
 from webhook.allocator import loop
 from webhook.allocator.loop import Allocator
-from webhook.allocator.metrics import Metrics
-from webhook.config import parse_config
+from webhook.metrics.allocator_metrics import Metrics
+from webhook.model import annotations as keys
+from webhook.model.config import parse_config
 from webhook.scheduling import queue as pending_queue
 from webhook.scheduling.cache import Phase
 

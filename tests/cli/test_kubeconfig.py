@@ -2,8 +2,8 @@
 
 import pytest
 
+from webhook.base.startup import StartupError
 from webhook.cli.kubeconfig import find_cluster
-from webhook.startup import StartupError
 
 IN_CLUSTER = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
 

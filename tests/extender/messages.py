@@ -9,10 +9,10 @@ from typing import NamedTuple
 from tests.builders import mt_node, sched_pod, slice_
 from tests.harness.app_client import AppClient
 from tests.harness.fake_api import AsyncFakeApi, FakeApi
-from webhook.config import parse_config
 from webhook.extender.app import READY_WAIT
 from webhook.extender.cache import WAITING, Cache
 from webhook.extender.main import app_over
+from webhook.model.config import parse_config
 from webhook.scheduling.cache import STORAGE_KINDS
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})

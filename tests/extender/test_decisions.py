@@ -12,7 +12,7 @@ from tests.builders import sched_pod as pod
 from tests.extender.messages import CONFIG
 from webhook.extender.cache import Cache
 from webhook.extender.decisions import cards_on, pick
-from webhook.pods import Kind
+from webhook.model.pods import Kind
 from webhook.scheduling.request import request_of
 from webhook.scheduling.score import best_node, policies
 

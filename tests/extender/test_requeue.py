@@ -9,7 +9,7 @@ import asyncio
 from tests.builders import mt_node, slice_
 from tests.builders import sched_pod as pod
 from tests.extender.messages import args, pending
-from webhook.annotations import REQUEUES
+from webhook.model.annotations import REQUEUES
 
 
 def run_requeues(client) -> None:

@@ -17,7 +17,7 @@ from tests.builders import slice_, whole
 from tests.harness.invariants import S4000_MIB, S5000_MIB, check
 from tests.harness.kube import bound_pod, list_pods, read_pod, refused
 from tests.harness.wait import wait_for
-from webhook.annotations import REQUEUES
+from webhook.model.annotations import REQUEUES
 
 pytestmark = pytest.mark.cluster
 

@@ -14,10 +14,10 @@ from tests.extender.messages import CONFIG
 from tests.extender.test_scheduler import create
 from tests.harness.allocator import ALLOCATOR_USER
 from tests.harness.wait import wait_for
-from webhook import annotations as keys
 from webhook.extender.cache import Cache
 from webhook.kube.api import Api
 from webhook.kube.informer import Informer
+from webhook.model import annotations as keys
 
 pytestmark = pytest.mark.cluster
 

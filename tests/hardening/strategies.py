@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from tests.builders import container as c
 from tests.builders import pod as make_pod
 from tests.builders import review as make_review
-from webhook import annotations as keys
 from webhook.admission.review import OPERATIONS, VERSIONS
 from webhook.admission.validate import Rules
-from webhook.config import AllocatorConfig, Config, MthreadsConfig
-from webhook.pods import VENDOR_WHOLE_GPU, parse_quantity
+from webhook.model import annotations as keys
+from webhook.model.config import AllocatorConfig, Config, MthreadsConfig
+from webhook.model.pods import VENDOR_WHOLE_GPU, parse_quantity
 
 REPO = Path(__file__).resolve().parents[2]
 COUNT, MEMORY, CORE = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"

@@ -17,7 +17,7 @@ import pytest
 
 from tests.builders import container as c
 from tests.builders import pod, review
-from webhook.config import Config, MthreadsConfig
+from webhook.model.config import Config, MthreadsConfig
 from webhook.server.app import create_app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ CHILD = textwrap.dedent("""
     import json, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
     from webhook.server.app import create_app
-    from webhook.config import Config
+    from webhook.model.config import Config
     from tests.builders import container as c, pod, review
     client = create_app(Config()).test_client()
     r = review(pod(c("train", sys.argv[1])))

@@ -24,7 +24,7 @@ from tests.harness.kubectl import kubectl
 from tests.harness.registration import wait_until_called, webhook_configurations
 from tests.harness.wait import wait_for
 from tests.harness.webhook import WebhookProcess
-from webhook.annotations import ALLOCATION_KEYS
+from webhook.model.annotations import ALLOCATION_KEYS
 
 pytestmark = pytest.mark.cluster
 

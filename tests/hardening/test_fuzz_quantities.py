@@ -34,10 +34,10 @@ from tests.hardening.strategies import (
     quantity_texts,
     rules,
 )
-from webhook import annotations as keys
 from webhook.admission.validate import check_create
-from webhook.config import Config, ConfigError, MthreadsConfig, load_config
-from webhook.pods import InvalidRequest, Rule
+from webhook.model import annotations as keys
+from webhook.model.config import Config, ConfigError, MthreadsConfig, load_config
+from webhook.model.pods import InvalidRequest, Rule
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.decide import NoFit, Placement, place
 from webhook.scheduling.inventory import node_cards

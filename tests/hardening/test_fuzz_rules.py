@@ -23,8 +23,6 @@ from tests.hardening.strategies import (
     updates,
     users,
 )
-from webhook import annotations as keys
-from webhook import hami
 from webhook.admission.mutate import patch_for
 from webhook.admission.user_annotations import USER_KEYS
 from webhook.admission.validate import (
@@ -34,7 +32,9 @@ from webhook.admission.validate import (
     check_create,
     check_update,
 )
-from webhook.pods import InvalidRequest, Kind, Rule, read_request
+from webhook.model import annotations as keys
+from webhook.model import hami
+from webhook.model.pods import InvalidRequest, Kind, Rule, read_request
 
 pytestmark = pytest.mark.fuzz
 

@@ -24,9 +24,9 @@ from tests.harness.kubectl import KUBECTL, kubectl
 from tests.harness.registration import rendered_manifests
 from tests.harness.service_account import service_account_kubeconfig
 from tests.harness.wait import wait_for
-from webhook.annotations import REQUEUES
 from webhook.kube.api import Api
 from webhook.kube.pods import patch_pod_status
+from webhook.model.annotations import REQUEUES
 
 pytestmark = pytest.mark.cluster
 

@@ -106,7 +106,7 @@ def start_stack(cluster, workdir: Path, extender_user: str, admin_user: str, ver
     `verbosity`: kube-scheduler's --v (2 logs every binding; the bench uses 1);
     `node_sample`: as for scheduler_config; `program`: as for start_extender."""
     # Both at once, as the chart's two containers start: the extender listens before its
-    # imports (webhook/cli/early_listen.py), so kube-scheduler's first calls wait for it.
+    # imports (webhook/base/listen.py), so kube-scheduler's first calls wait for it.
     extender, url = start_extender(cluster, workdir, extender_user, ready=False, program=program)
     (sched_port,) = free_ports(1)
     sched_config = workdir / "kube-scheduler.yaml"

@@ -1,5 +1,5 @@
 """The one invariant checker of the tests: an independent reader of the allocation annotations
-(its own few lines, not webhook.hami) and the rules every state of the cluster must satisfy:
+(its own few lines, not webhook.model.hami) and the rules every state of the cluster must satisfy:
 no card over-committed (`check`), and no node's allocatable exceeded by the requests of its
 pods as the kubelet sums them (`check_allocatable`). Pods that ended (Succeeded, Failed) hold
 nothing. The allocator's, the extender's and the fault tests use it."""

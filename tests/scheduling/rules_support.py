@@ -4,7 +4,7 @@ read into a SchedulerCache as the watches deliver them."""
 
 from __future__ import annotations
 
-from webhook.config import MthreadsConfig
+from webhook.model.config import MthreadsConfig
 from webhook.scheduling.cache import STORAGE_KINDS, SchedulerCache
 from webhook.scheduling.feasible import node_reasons
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.builders import mt_node, plain, slice_, whole
 from tests.builders import sched_pod as pod
-from webhook.config import MthreadsConfig
-from webhook.pods import resource_names
+from webhook.model.config import MthreadsConfig
+from webhook.model.pods import resource_names
 from webhook.scheduling import reasons
 from webhook.scheduling.allocatable import allocatable_reason
 from webhook.scheduling.resources import Devices, device_allocatable, device_requests

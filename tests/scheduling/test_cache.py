@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from tests.builders import mt_node, plain, sched_pod, slice_, whole
-from webhook import annotations as keys
-from webhook.config import MthreadsConfig
-from webhook.hami import Device
+from webhook.model import annotations as keys
+from webhook.model.config import MthreadsConfig
+from webhook.model.hami import Device
 from webhook.scheduling.cache import DROPPED, READ, Assumed, Phase, SchedulerCache
 from webhook.scheduling.decide import Placement
 from webhook.scheduling.pod_facts import facts_of

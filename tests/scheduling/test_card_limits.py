@@ -10,10 +10,10 @@ import pytest
 from tests.builders import mt_node, slice_, whole
 from tests.builders import sched_pod as pod
 from tests.scheduling.test_decide import full_scan
-from webhook import annotations as keys
-from webhook.cards import Fleet
-from webhook.config import AllocatorConfig, Config, MthreadsConfig
-from webhook.pods import read_request
+from webhook.model import annotations as keys
+from webhook.model.cards import Fleet
+from webhook.model.config import AllocatorConfig, Config, MthreadsConfig
+from webhook.model.pods import read_request
 from webhook.scheduling import reasons
 from webhook.scheduling.card_fit import card_reasons, fit_cards, may_fit
 from webhook.scheduling.decide import NoFit, Placement, place

@@ -5,11 +5,11 @@ import pytest
 from tests.builders import mt_node, plain, slice_, whole
 from tests.builders import sched_pod as pod
 from tests.harness.invariants import requested  # the checker's own reading, independent of webhook/
-from webhook import annotations as keys
-from webhook.cards import Fleet
-from webhook.config import AllocatorConfig, Config, MthreadsConfig
-from webhook.hami import encode
-from webhook.pods import read_request
+from webhook.model import annotations as keys
+from webhook.model.cards import Fleet
+from webhook.model.config import AllocatorConfig, Config, MthreadsConfig
+from webhook.model.hami import encode
+from webhook.model.pods import read_request
 from webhook.scheduling import decide as decisions
 from webhook.scheduling import reasons
 from webhook.scheduling.decide import NoFit, Placement

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tests.builders import mt_node, sched_pod, slice_
-from webhook import annotations as keys
-from webhook.config import Config, MthreadsConfig
 from webhook.extender.decisions import room_outside
+from webhook.model import annotations as keys
+from webhook.model.config import Config, MthreadsConfig
 from webhook.scheduling import reasons
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.cycle_state import cycle_of

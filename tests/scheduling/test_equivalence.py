@@ -7,8 +7,8 @@ import random
 
 from tests.builders import mt_node, plain, slice_, whole
 from tests.builders import sched_pod as pod
-from webhook.cards import Fleet
-from webhook.config import AllocatorConfig, Config, MthreadsConfig
+from webhook.model.cards import Fleet
+from webhook.model.config import AllocatorConfig, Config, MthreadsConfig
 from webhook.scheduling.decide import NoFit, place
 from webhook.scheduling.request import request_of
 from webhook.scheduling.state import ClusterState

@@ -6,8 +6,8 @@ import pytest
 
 from tests.builders import mt_node, slice_, whole
 from tests.builders import sched_pod as pod
-from webhook import annotations as keys
-from webhook.config import Config, MthreadsConfig
+from webhook.model import annotations as keys
+from webhook.model.config import Config, MthreadsConfig
 from webhook.scheduling import reasons
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.explain import explain

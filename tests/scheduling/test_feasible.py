@@ -176,7 +176,7 @@ def test_volume_restrictions_inline_disks(mine, theirs, conflict):
 
 
 def test_a_placed_share_is_seen_by_the_next_decision_before_the_watch_shows_it():
-    from webhook.config import Config
+    from webhook.model.config import Config
     from webhook.scheduling.decide import Placement, place
     from webhook.scheduling.request import request_of
     c = cache_of(THREE)

@@ -1,7 +1,7 @@
 import pytest
 
 from tests.builders import mt_node
-from webhook.config import MthreadsConfig
+from webhook.model.config import MthreadsConfig
 from webhook.scheduling.inventory import node_cards
 
 MT = MthreadsConfig(memory_per_card=(96, 160))

@@ -34,7 +34,7 @@ from tests.harness.kube import ADMIN, LocalCluster, unschedulable_condition
 from tests.harness.random_cluster import FEATURES, Cluster, features, make_cluster, runtime_class
 from tests.harness.recording_extender import RecordingExtender, start_recording_scheduler
 from tests.harness.wait import wait_for
-from webhook.config import MthreadsConfig
+from webhook.model.config import MthreadsConfig
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.feasible import node_reasons
 from webhook.scheduling.pod_status import LIVE_PODS

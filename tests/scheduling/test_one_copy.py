@@ -9,7 +9,7 @@ import gc
 import tracemalloc
 
 from tests.builders import mt_node, sched_pod, slice_
-from webhook.config import Config, MthreadsConfig
+from webhook.model.config import Config, MthreadsConfig
 from webhook.scheduling import cycle_state, request
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.cycle_state import cycle_of

@@ -7,9 +7,9 @@ import copy
 import pytest
 
 from tests.builders import sched_pod, slice_, whole
-from webhook import annotations as keys
-from webhook.cards import Fleet
-from webhook.config import Config, MthreadsConfig
+from webhook.model import annotations as keys
+from webhook.model.cards import Fleet
+from webhook.model.config import Config, MthreadsConfig
 from webhook.scheduling import request
 from webhook.scheduling.pod_shape import shape_of
 from webhook.scheduling.request import request_of

@@ -5,8 +5,8 @@ import pytest
 
 from tests.builders import mt_node, plain
 from tests.builders import sched_pod as pod
-from webhook import annotations as keys
-from webhook.config import MthreadsConfig
+from webhook.model import annotations as keys
+from webhook.model.config import MthreadsConfig
 from webhook.scheduling.shares import share_of
 from webhook.scheduling.state import ClusterState
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.builders import binding, binding_review, pod, review, status_review
 from tests.builders import container as c
-from webhook.config import Config
+from webhook.model.config import Config
 from webhook.server.app import MAX_BODY, create_app
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..json_types import JsonObject
-from ..pods import InvalidRequest
+from ..base.json_types import JsonObject
+from ..model.pods import InvalidRequest
 from . import review as rv
 from .mutate import patch_for
 from .validate import Rules, check_binding, check_create, check_update

@@ -7,11 +7,11 @@ emitted when the pod differs from the wanted state, so a second pass is empty.
 
 from __future__ import annotations
 
-from .. import annotations as keys
-from .. import hami
-from ..cards import CORES_PER_CARD
-from ..json_types import JsonObject
-from ..pods import Kind, PodRequest
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model import hami
+from ..model.cards import CORES_PER_CARD
+from ..model.pods import Kind, PodRequest
 from .validate import Rules, annotations_of
 
 

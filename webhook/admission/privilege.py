@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import posixpath
 
-from ..json_types import JsonObject
-from ..pods import InvalidRequest, Rule, container_name
+from ..base.json_types import JsonObject
+from ..model.pods import InvalidRequest, Rule, container_name
 
 CARD_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL"})
 # Host directories that reach every card, and why (said in the denial).

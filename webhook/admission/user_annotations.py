@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from .. import annotations as keys
-from ..config import POLICIES  # what the allocator implements
-from ..json_types import JsonObject
-from ..pods import InvalidRequest, Rule
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.config import POLICIES  # what the allocator implements
+from ..model.pods import InvalidRequest, Rule
 
 POLICY_KEYS = (keys.NODE_POLICY, keys.GPU_POLICY)
 CARD_KEYS = (keys.USE_CARDS, keys.NOUSE_CARDS)

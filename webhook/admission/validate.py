@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import annotations as keys
-from ..cards import Fleet
-from ..config import Config
-from ..json_types import JsonObject
-from ..pods import (
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.cards import Fleet
+from ..model.config import Config
+from ..model.pods import (
     InvalidRequest,
     PodRequest,
     Rule,

@@ -21,9 +21,6 @@ import queue
 import threading
 import time
 
-from .. import annotations as keys
-from ..cards import Fleet
-from ..config import Config
 from ..kube.api import Api
 from ..kube.binder import EVENT_KIND as BIND_OUTCOME
 from ..kube.binder import READ_KIND as READ_OUTCOME
@@ -31,7 +28,11 @@ from ..kube.binder import Binder, BindOutcome, ReadOutcome
 from ..kube.informer import Informer, watch_cluster
 from ..kube.leader import LeaderElector
 from ..kube.reporter import Reporter
-from ..observe.object_errors import DECIDE, INDEX, ObjectErrors
+from ..metrics.allocator_metrics import Metrics
+from ..metrics.object_errors import DECIDE, INDEX, ObjectErrors
+from ..model import annotations as keys
+from ..model.cards import Fleet
+from ..model.config import Config
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import DROPPED, READ, STORAGE_KINDS, Phase, SchedulerCache
@@ -42,7 +43,6 @@ from ..scheduling.object_errors import ObjectError, object_error
 from ..scheduling.pod_status import LIVE_PODS, is_bound, is_finished, uid_of
 from ..scheduling.queue import POD_INITIAL_BACKOFF, POD_MAX_BACKOFF, PendingQueue, queue_order
 from ..scheduling.request import request_of
-from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ import threading
 import time
 import uuid
 
-from ..config import Config
 from ..kube.api import Api
 from ..kube.binder import DEFAULT_WRITES
 from ..kube.leader import LeaderElector
-from ..observe.annotation_metrics import IgnoredAnnotationsCollector
-from ..observe.hami_metrics import HamiCollector
-from ..observe.pending_metrics import PendingCollector
+from ..metrics.allocator_metrics import Metrics, serve_metrics
+from ..metrics.annotation_metrics import IgnoredAnnotationsCollector
+from ..metrics.hami_metrics import HamiCollector
+from ..metrics.pending_metrics import PendingCollector
+from ..model.config import Config
 from .loop import Allocator
-from .metrics import Metrics, serve_metrics
 
 log = logging.getLogger("webhook.allocator")
 

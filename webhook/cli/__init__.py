@@ -7,8 +7,8 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Before the imports: the extender's socket listens at once (early_listen.py).
-    from .early_listen import listen_early
+    # Before the imports: the extender's socket listens at once (base/listen.py).
+    from ..base.listen import listen_early
     listen_early(sys.argv[1:] if argv is None else argv)
     from .main import main as run
     return run(argv)

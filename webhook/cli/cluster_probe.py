@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ..base.startup import StartupError
 from ..kube.api import Api, ApiError, KubeconfigError, client_configuration
 from ..kube.io_loop import run_blocking
-from ..startup import StartupError
 from .kubeconfig import ClusterSource
 
 TIMEOUT = 10.0  # seconds for one try; a connection is tried once: the operator is waiting

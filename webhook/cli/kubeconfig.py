@@ -19,8 +19,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..base.startup import StartupError
 from ..kube.client_config import IN_CLUSTER_DIR
-from ..startup import StartupError
 
 
 @dataclass(frozen=True)

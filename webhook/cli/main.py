@@ -6,11 +6,11 @@ import argparse
 import logging
 import sys
 
-from ..bind_address import check_bind, check_loopback
-from ..config import load_config
-from ..observe import cards_command
-from ..startup import FAILED, USAGE, StartupError
-from . import early_listen
+from ..base import listen
+from ..base.listen import check_bind, check_loopback
+from ..base.startup import FAILED, USAGE, StartupError
+from ..model.config import load_config
+from . import cards_command
 
 
 def _positive(text: str) -> int:
@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("extender", help="run the kube-scheduler extender (it chooses the cards)")
     e.add_argument("--config")
     e.add_argument("--kubeconfig", help=KUBECONFIG_HELP)
-    e.add_argument("--bind", default=early_listen.DEFAULT_BIND,
+    e.add_argument("--bind", default=listen.DEFAULT_BIND,
                    help="loopback HOST:PORT for kube-scheduler's calls, plain HTTP (default %(default)s)")
     e.add_argument("--metrics-bind", default="",
                    help="HOST:PORT for GET /metrics, /healthz, /readyz only (default: none; "
@@ -125,7 +125,7 @@ def _allocate(args) -> int:
 def _extender(args) -> int:
     from ..extender.main import run
     config = load_config(args.config)
-    if not early_listen.holds(args.bind):  # else it listens already (early_listen.py)
+    if not listen.holds(args.bind):  # else it listens already (base/listen.py)
         check_bind("--bind", args.bind)
     check_loopback("--bind", args.bind)
     if args.metrics_bind:
@@ -154,7 +154,7 @@ def report(message: str, exit_code: int) -> int:
 
 def run_command(command, args) -> int:
     """Run `command(args)`; the project's start-up errors end it with their one line."""
-    from ..config import ConfigError
+    from ..model.config import ConfigError
     from ..server.tls import CertificateError
     try:
         return command(args)

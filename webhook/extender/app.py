@@ -18,7 +18,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from .. import fast_json
+from ..base import fast_json
 from . import wire
 from .http_server import MAX_BODY, Answer
 from .verbs import Extender
@@ -40,7 +40,7 @@ AWAITED = {"bind"} | ON_THREADS  # answered by a coroutine; the others at once
 
 class ExtenderApp:
     """`respond` answers one request. `metrics`: a function answering GET /metrics as (body,
-    status, headers), from observe.hami_metrics.metrics_page."""
+    status, headers), from metrics.hami_metrics.metrics_page."""
 
     def __init__(self, ext: Extender, metrics: Callable[[], tuple], ready_wait: float = READY_WAIT):
         self.ext, self.metrics, self.ready_wait = ext, metrics, ready_wait

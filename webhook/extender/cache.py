@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import threading
 
-from ..config import Config
 from ..kube.informer import STORAGE_WATCHES
+from ..model.config import Config
 from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
 from ..scheduling.cycle_state import forget as forget_pod
 from ..scheduling.cycle_state import rules_of

@@ -9,9 +9,9 @@ answers "can this node's cards serve the pod, and which cards".
 
 from __future__ import annotations
 
-from ..config import Config
-from ..json_types import JsonObject
-from ..pods import Kind
+from ..base.json_types import JsonObject
+from ..model.config import Config
+from ..model.pods import Kind
 from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.feasible import node_checks

@@ -25,13 +25,12 @@ from typing import Callable
 import uvloop
 from prometheus_client import CollectorRegistry
 
-from ..bind_address import listen_address
-from ..cli.early_listen import take
-from ..config import Config
+from ..base.listen import listen_address, take
 from ..kube.api import Api
 from ..kube.informer import Informer
-from ..observe.annotation_metrics import IgnoredAnnotationsCollector
-from ..observe.hami_metrics import metrics_page
+from ..metrics.annotation_metrics import IgnoredAnnotationsCollector
+from ..metrics.hami_metrics import metrics_page
+from ..model.config import Config
 from .app import READY_WAIT, ExtenderApp
 from .cache import Cache
 from .http_server import HttpServer

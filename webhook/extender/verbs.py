@@ -39,12 +39,12 @@ from typing import Awaitable, Callable, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from .. import annotations as keys
-from ..cards import Fleet
-from ..config import Config
 from ..kube.pods import patch_pod_status, post_binding, read_pod
 from ..kube.reporter import warn_node, warn_object
-from ..observe.object_errors import INDEX, ObjectErrors
+from ..metrics.object_errors import INDEX, ObjectErrors
+from ..model import annotations as keys
+from ..model.cards import Fleet
+from ..model.config import Config
 from ..scheduling.binding import binding_body
 from ..scheduling.cache import READ
 from ..scheduling.decide import Placement

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..json_types import JsonObject, all_text
+from ..base.json_types import JsonObject, all_text
 
 # Kubernetes' own rules for the names a body gives (they go into API paths): a namespace is a
 # DNS-1123 label, a pod or node name a DNS-1123 subdomain.

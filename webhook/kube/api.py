@@ -38,7 +38,7 @@ from urllib.parse import urlencode, urlsplit
 
 import httptools
 
-from .. import fast_json
+from ..base import fast_json
 from . import client_config
 
 if TYPE_CHECKING:

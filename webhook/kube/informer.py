@@ -27,7 +27,7 @@ import concurrent.futures
 import logging
 from typing import Callable
 
-from .. import fast_json
+from ..base import fast_json
 from .api import Api, ApiError, Reply
 from .io_loop import IoLoop, io_loop
 

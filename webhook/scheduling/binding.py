@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import annotations as keys
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
 from .decide import Placement
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .. import annotations as keys
-from ..hami import EncodingError, decode_kept
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.hami import EncodingError, decode_kept
 from .shares import share_of
 
 UNREADABLE = -1  # container index of a holding read from a garbled annotation

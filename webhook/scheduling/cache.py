@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar, cast
 
-from .. import annotations as keys
-from ..config import MthreadsConfig
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.config import MthreadsConfig
 from .bound import BoundPod, BoundPods, bound_pod
 from .cycle_state import forget as forget_pod
 from .decide import Placement

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..cards import CORES_PER_CARD, UNIT_MIB
-from ..pods import Kind, PodRequest
+from ..model.cards import CORES_PER_CARD, UNIT_MIB
+from ..model.pods import Kind, PodRequest
 from . import reasons
 from .inventory import Card, NodeCards
 from .state import CardUsage, NodeRoom, card_used, shareable

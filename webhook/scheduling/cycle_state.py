@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
+from ..model.config import Config
 from .node_fit import NodeRules, node_rules_of
 from .request import PodAsk
 from .request import forget as forget_ask

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
-from ..cards import CORES_PER_CARD, UNIT_MIB
-from ..config import Config
-from ..hami import Device, encode
-from ..json_types import JsonObject
-from ..pods import Kind, PodRequest
+from ..base.json_types import JsonObject
+from ..model.cards import CORES_PER_CARD, UNIT_MIB
+from ..model.config import Config
+from ..model.hami import Device, encode
+from ..model.pods import Kind, PodRequest
 from . import reasons
 from .allocatable import fit_node, fits_allocatable
 from .card_fit import CardNeed, fit_cards, may_fit

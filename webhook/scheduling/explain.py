@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cards import CORES_PER_CARD, UNIT_MIB, model_name
-from ..config import Config
-from ..json_types import JsonObject
-from ..pods import Kind
+from ..base.json_types import JsonObject
+from ..model.cards import CORES_PER_CARD, UNIT_MIB, model_name
+from ..model.config import Config
+from ..model.pods import Kind
 from . import reasons
 from .cache import Holder
 from .card_fit import CardNeed, card_reasons

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 from . import reasons
 from .node_fit import NodeRules, node_rules_of, resources_reason
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason

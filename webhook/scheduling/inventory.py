@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..cards import CORES_PER_CARD, UNIT_MIB, CardModel
-from ..config import MthreadsConfig
-from ..json_types import JsonObject
-from ..pods import parse_quantity
+from ..base.json_types import JsonObject
+from ..model.cards import CORES_PER_CARD, UNIT_MIB, CardModel
+from ..model.config import MthreadsConfig
+from ..model.pods import parse_quantity
 from .node_annotations import CardSettings, card_settings
 
 

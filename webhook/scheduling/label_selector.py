@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 
 Requirement = tuple[str, str, frozenset[str]]  # (key, operator, values)
 

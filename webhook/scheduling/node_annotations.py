@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .. import annotations as keys
-from ..config import MAX_INSTANCES
-from ..json_types import JsonObject
-from ..shown import shown
+from ..base.json_types import JsonObject
+from ..base.shown import shown
+from ..model import annotations as keys
+from ..model.config import MAX_INSTANCES
 
 _INDEX = re.compile(r"[0-9]+")
 _LIMIT = re.compile(r"0*([0-9]{1,3})")  # 1..16, leading zeros allowed: never a long number to convert

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 from . import reasons
 from .node_selector import NodeSelection, selection_of, term_rule
 from .resources import Resources

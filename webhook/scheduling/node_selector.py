@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Mapping
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 
 _ABSENCE_PASSES = frozenset(("NotIn", "DoesNotExist"))
 NAME_FIELD = "metadata.name"

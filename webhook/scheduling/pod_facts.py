@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 from .label_selector import Selector, selector_of
 from .one_copy import Kept, hold, one_copy, one_name, release
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from itertools import chain
 
-from .. import annotations as keys
-from ..json_types import JsonObject, all_text
+from ..base.json_types import JsonObject, all_text
+from ..model import annotations as keys
 
 Shape = tuple[object, ...]
 

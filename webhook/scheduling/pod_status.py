@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # the pods a cache lists and watches
 BOUND_LIVE_PODS = "spec.nodeName!=," + LIVE_PODS  # of them, those on a node

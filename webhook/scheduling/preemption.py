@@ -15,8 +15,8 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Iterable
 
-from ..config import Config
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
+from ..model.config import Config
 from .allocatable import allocatable_reason
 from .cache import Holder
 from .card_fit import Usage, fit_cards

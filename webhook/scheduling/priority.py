@@ -3,7 +3,7 @@ Priority admission fills from the PriorityClass; 0 when unset."""
 
 from __future__ import annotations
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 
 
 def pod_priority(pod: JsonObject) -> int:

@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from .. import annotations as keys
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
 from .pod_status import name_of, scheduling_gates, uid_of
 from .priority import pod_priority
 

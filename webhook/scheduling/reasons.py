@@ -54,7 +54,7 @@ CORES_EXHAUSTED = "CardComputeUnitsExhausted"  # a slice without cores on a card
 INSUFFICIENT_CARD_MEMORY = "CardInsufficientMemory"
 INSUFFICIENT_CARD_CORES = "CardInsufficientCore"
 
-# Every node or card reason, for the pending pods' metrics (observe/pending_metrics.py).
+# Every node or card reason, for the pending pods' metrics (metrics/pending_metrics.py).
 ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY,
        TOO_MANY_PODS, INSUFFICIENT_EPHEMERAL_STORAGE, PORTS_IN_USE, DISK_CONFLICT, AFFINITY_RULES,
        ANTI_AFFINITY_RULES, EXISTING_ANTI_AFFINITY, SPREAD, SPREAD_MISSING_LABEL, UNBOUND_IMMEDIATE,

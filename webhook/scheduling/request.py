@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import annotations as keys
-from ..cards import Fleet
-from ..config import Config, MthreadsConfig
-from ..json_types import JsonObject
-from ..pods import (
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.cards import Fleet
+from ..model.config import Config, MthreadsConfig
+from ..model.pods import (
     InvalidRequest,
     Kind,
     PodRequest,

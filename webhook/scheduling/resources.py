@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeAlias
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 from .one_copy import one_copy
 from .quantity import value
 

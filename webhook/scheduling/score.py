@@ -7,10 +7,10 @@ used card of the node, `binpack` the busiest.
 
 from __future__ import annotations
 
-from .. import annotations as keys
-from ..config import POLICIES, Config
-from ..json_types import JsonObject
-from ..pods import Kind
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.config import POLICIES, Config
+from ..model.pods import Kind
 from .state import ClusterState, NodeInfo
 
 

@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from .. import annotations as keys
-from ..config import MthreadsConfig
-from ..hami import Device, EncodingError, decode_kept
-from ..json_types import JsonObject
-from ..pods import resource_names
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.config import MthreadsConfig
+from ..model.hami import Device, EncodingError, decode_kept
+from ..model.pods import resource_names
 from .one_copy import one_name
 from .pod_facts import PodFacts, facts_of
 from .resources import NO_DEVICES, Devices, Resources, device_requests, pod_requests

@@ -12,11 +12,11 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
-from .. import annotations as keys
-from ..cards import CORES_PER_CARD
-from ..config import MthreadsConfig
-from ..json_types import JsonObject
-from ..pods import resource_names
+from ..base.json_types import JsonObject
+from ..model import annotations as keys
+from ..model.cards import CORES_PER_CARD
+from ..model.config import MthreadsConfig
+from ..model.pods import resource_names
 from .inventory import NodeCards, node_cards
 from .one_copy import hold, release
 from .pod_facts import hold_facts, release_facts

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 from .label_selector import Selector, selector_of
 from .pod_facts import PodFacts
 from .pod_index import PodIndex

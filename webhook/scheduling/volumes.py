@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from ..json_types import JsonObject
+from ..base.json_types import JsonObject
 from .node_fit import term_matches
 from .reasons import (
     DELAYED_BINDING,

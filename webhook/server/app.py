@@ -15,8 +15,8 @@ from werkzeug.wsgi import get_content_length
 from ..admission import review as rv
 from ..admission.decide import decide
 from ..admission.validate import Rules
-from ..config import Config
-from .review_metrics import WebhookMetrics
+from ..metrics.review_metrics import WebhookMetrics
+from ..model.config import Config
 
 MAX_BODY = rv.MAX_BODY
 

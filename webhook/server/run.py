@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from gunicorn.app.base import BaseApplication
 
-from ..config import Config
+from ..model.config import Config
 from . import slow_clients
 from .tls import ServingCertificate
 

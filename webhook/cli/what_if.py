@@ -1,0 +1,57 @@
+"""`cards what-if FILE`: the pod of a file, as the webhook would let it in (its patch applied
+the same way), never created. A file that does not hold one Pod is an error naming what is
+wrong; a pod the webhook would deny is an answer (its message)."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+
+from ..admission.mutate import patch_for
+from ..admission.validate import Rules, check_create
+from ..base.startup import StartupError
+from ..base.yaml_files import YamlFileError, load_yaml
+from ..model.config import Config
+from ..model.pods import InvalidRequest
+
+UID = "what-if"  # the uid of the pod that is not created
+
+
+def read_pod(path: str) -> dict:
+    """The one Pod of a YAML or JSON file; StartupError naming the file and what is wrong."""
+    try:
+        docs = [d for d in load_yaml(path) if d is not None]
+    except YamlFileError as e:
+        raise StartupError(f"cards what-if: {e}") from None
+    if len(docs) != 1:
+        raise StartupError(f"cards what-if: {path}: holds {len(docs)} documents; give one Pod")
+    (doc,) = docs
+    kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+    if kind != "Pod":
+        raise StartupError(f"cards what-if: {path}: not a Pod (kind: {kind})")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) \
+            or not spec["containers"]:
+        raise StartupError(f"cards what-if: {path}: the Pod has no spec.containers")
+    if not isinstance(doc.get("metadata") or {}, dict):
+        raise StartupError(f"cards what-if: {path}: metadata is not a mapping")
+    return doc
+
+
+def admitted(doc: dict, config: Config) -> dict | str:
+    """The pod as it would be created: the webhook's checks and patch, a namespace (`default`
+    when the file names none), a name and a uid; or the webhook's denial."""
+    pod = copy.deepcopy(doc)
+    meta = pod.setdefault("metadata", {})
+    meta.setdefault("namespace", "default")
+    meta.setdefault("name", meta.get("generateName") or "what-if")
+    meta["uid"] = UID
+    rules = Rules.of(config)
+    try:
+        request = check_create(pod, rules, username="")
+    except InvalidRequest as e:
+        return f"the webhook would deny it: {e.message}"
+    if request is not None:
+        pod = jsonpatch.apply_patch(pod, patch_for(pod, request, rules))
+    return pod

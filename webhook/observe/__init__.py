@@ -1,1 +1,0 @@
-"""What an operator looks at: HAMi's metrics, the `cards` command, the data both read."""
