@@ -92,7 +92,8 @@ def layer_breaks(tree: Path, layers=LAYERS, siblings=SIBLING_IMPORTS) -> list[st
         if path.suffix == ".py" and path.name not in TOP_MODULES:
             found.append(f"{path.relative_to(tree.parent)}: a module at the top of "
                          f"{tree.name}/, on no floor (move it into a package of LAYERS)")
-        elif path.is_dir() and not path.name.startswith("__"):
+        # (a folder holding no source, such as a moved package's __pycache__ left behind, is none)
+        elif path.is_dir() and not path.name.startswith("__") and any(path.rglob("*.py")):
             if path.name not in floors:
                 found.append(f"{path.relative_to(tree.parent)}/: a package on no floor of LAYERS")
             if not (path / "__init__.py").exists():  # setuptools' find_packages would leave it out
