@@ -80,7 +80,7 @@ MTHREADS, EXTENDED = "mthreads", "extended"  # the forms of pod()
 ZONE = "topology.kubernetes.io/zone"
 ZONES = 4  # node i is in zone z<(i // 2) % ZONES>: both models in every zone
 GROUP = 8  # replicas of one constrained group
-CONSTRAINED_EVERY = 3  # every third pod of a constrained run carries anti-affinity and spread
+CONSTRAINED_EVERY = 3  # every third pod of a constrained run: a sidecar, anti-affinity and spread
 
 
 def zone(i: int) -> str:
@@ -89,20 +89,33 @@ def zone(i: int) -> str:
     return f"z{(i // 2) % ZONES}"
 
 
+# The label of the bench's namespaces that the constrained pods' anti-affinity selects them by
+NAMESPACE_LABEL = ("mthreads.bench/pods", "true")
+
+
 def constrain(body: dict, i: int) -> dict:
-    """Every `CONSTRAINED_EVERY`th pod becomes a replica of a group of `GROUP`: required
-    anti-affinity against its group on the node (one replica a node) and a DoNotSchedule
-    spread over the zones with maxSkew 1, as an inference Deployment asks for availability."""
+    """Every `CONSTRAINED_EVERY`th pod becomes a replica of a group of `GROUP`, in the shape of
+    an inference Deployment of today: a sidecar (an init container with `restartPolicy:
+    Always`), required anti-affinity against its group on the node (one replica a node) in the
+    namespaces its `namespaceSelector` selects, and a DoNotSchedule spread over the zones with
+    maxSkew 1 and `minDomains` the zone count. A 1.20 API server prunes the newer fields (the
+    sidecar becomes a plain init container; the term's namespaces, the pod's own), so on it the
+    row measures what both schedulers make of the shape."""
     if i % CONSTRAINED_EVERY:
         return body
     group = f"g{i // CONSTRAINED_EVERY // GROUP}"
     body["metadata"]["labels"] = {**body["metadata"]["labels"], "group": group}
     selector = {"matchLabels": {"group": group}}
+    key, value = NAMESPACE_LABEL
+    body["spec"]["initContainers"] = [
+        {"name": "proxy", "image": "busybox", "restartPolicy": "Always",
+         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}}}]
     body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
+        {"labelSelector": selector, "namespaceSelector": {"matchLabels": {key: value}},
+         "topologyKey": "kubernetes.io/hostname"}]}}
     body["spec"]["topologySpreadConstraints"] = [
         {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
-         "labelSelector": selector}]
+         "minDomains": ZONES, "labelSelector": selector}]
     return body
 
 
