@@ -8,7 +8,16 @@ from __future__ import annotations
 import pytest
 
 from tests.harness.schema import valid_at
-from tests.scheduling.rules_support import HOST, ZONE, affinity, cache_of, node, passing, pod, reasons_for
+from tests.scheduling.rules_support import (
+    HOST,
+    ZONE,
+    affinity,
+    cache_of,
+    node,
+    passing,
+    pod,
+    reasons_for,
+)
 from webhook.scheduling import reasons
 from webhook.scheduling.cache import NAMESPACE
 from webhook.scheduling.pod_affinity import names_namespace_selector

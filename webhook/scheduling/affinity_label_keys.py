@@ -12,6 +12,7 @@ again adds requirements it already has: the same answer.
 from __future__ import annotations
 
 import copy
+from typing import Mapping
 
 from ..base.json_types import JsonObject
 
@@ -56,7 +57,7 @@ def _names_keys(pod: JsonObject) -> bool:
     return False
 
 
-def _merge(term: object, labels: dict, where: str) -> None:
+def _merge(term: object, labels: Mapping[str, object], where: str) -> None:
     if not isinstance(term, dict):
         raise ValueError(f"{where} is not a mapping")
     selector = term.get("labelSelector")
@@ -75,7 +76,7 @@ def _merge(term: object, labels: dict, where: str) -> None:
             expressions.append({"key": key, "operator": operator, "values": [value]})
 
 
-def _keys(term: dict, field: str, where: str) -> list[str]:
+def _keys(term: JsonObject, field: str, where: str) -> list[str]:
     keys = term.get(field) or []
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ValueError(f"{where}.{field} is not a list of label keys")
