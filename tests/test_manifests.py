@@ -256,7 +256,8 @@ def test_allocator_rbac_is_exactly_what_it_needs():
     expected |= {("", "pods/status", "patch", ())}
     expected |= {("", "nodes", v, ()) for v in ("get", "list", "watch")}
     expected |= {(group, kind, v, ()) for v in ("list", "watch") for group, kind in (
-        ("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"))}
+        ("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
+        ("", "namespaces"))}  # namespaces: their labels, for affinity terms' namespaceSelector
     expected |= {("", "events", v, ()) for v in ("create", "patch")}
     assert cluster == expected
     role = one(docs, "Role", "mthreads-allocator-leader-election")
@@ -287,11 +288,12 @@ def test_no_wildcards_and_nothing_for_the_webhook_account(built):
     assert sa.get("automountServiceAccountToken") is False
 
 
-def test_extender_rbac_adds_only_the_requeue_to_kube_schedulers_roles():
+def test_extender_rbac_adds_only_the_requeue_and_the_namespaces_watch_to_kube_schedulers_roles():
     docs = build(MANIFESTS / "extender")
     assert {d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")} == {"mthreads-webhook", "mthreads-scheduler"}
     assert [d["metadata"]["name"] for d in by_kind(docs, "ClusterRole")] == ["mthreads-extender"]
-    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {("", "pods/status", "patch", ())}
+    assert rule_set(one(docs, "ClusterRole", "mthreads-extender")["rules"]) == {
+        ("", "pods/status", "patch", ()), ("", "namespaces", "list", ()), ("", "namespaces", "watch", ())}
     for b in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "mthreads-scheduler", "namespace": "kube-system"}]
     assert {b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")} == {

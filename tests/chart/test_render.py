@@ -437,6 +437,7 @@ ALLOCATOR_GRANTS = {
         ("*", "", "persistentvolumes", "list", ()), ("*", "", "persistentvolumes", "watch", ()),
         ("*", "storage.k8s.io", "storageclasses", "list", ()),
         ("*", "storage.k8s.io", "storageclasses", "watch", ()),
+        ("*", "", "namespaces", "list", ()), ("*", "", "namespaces", "watch", ()),  # their labels
         ("*", "", "events", "create", ()), ("*", "", "events", "patch", ()),
         (NS, LEASES, "leases", "create", ()), (NS, LEASES, "leases", "get", ("mthreads-allocator",)),
         (NS, LEASES, "leases", "update", ("mthreads-allocator",))},
@@ -448,6 +449,7 @@ EXTENDER_GRANTS = {  # no allocator identity at all
         ("*", "system:kube-scheduler"), ("*", "system:volume-scheduler"),
         ("kube-system", "extension-apiserver-authentication-reader"),  # its authenticated /healthz
         ("*", "", "pods/status", "patch", ()),  # the extender's requeue; never a patch of pods
+        ("*", "", "namespaces", "list", ()), ("*", "", "namespaces", "watch", ()),  # their labels
         (NS, LEASES, "leases", "create", ()), (NS, LEASES, "leases", "get", ("mthreads-scheduler",)),
         (NS, LEASES, "leases", "update", ("mthreads-scheduler",))},
 }

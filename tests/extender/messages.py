@@ -13,7 +13,7 @@ from webhook.extender.app import READY_WAIT
 from webhook.extender.cache import WAITING, Cache
 from webhook.extender.main import app_over
 from webhook.model.config import parse_config
-from webhook.scheduling.cache import STORAGE_KINDS
+from webhook.scheduling.cache import NAMESPACE, STORAGE_KINDS
 
 CONFIG = parse_config({"devices": {"mthreads": {"memoryPerCard": [96, 160]}}})
 
@@ -37,8 +37,8 @@ def handler_setup() -> HandlerSetup:
 
 
 def no_storage(cache: Cache) -> None:
-    """The watches of claims, volumes and classes listed, empty."""
-    for kind in STORAGE_KINDS:
+    """The watches of claims, volumes, classes and namespaces listed, empty."""
+    for kind in STORAGE_KINDS + (NAMESPACE,):
         cache.apply(kind, "RESET", [])
 
 

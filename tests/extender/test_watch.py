@@ -66,3 +66,16 @@ def test_the_watch_shows_a_pod_once_bound_and_forgets_it_when_deleted(cache, adm
     k.CoreV1Api(admin).delete_namespaced_pod(placed, namespace, grace_period_seconds=0)
     wait_for(lambda: cache.core.share(placed_uid) is None, 30, what="the deleted pod gone from the cache")
     assert cache.core.card(f"{node}-mthreads-0").memory_mib == 8192
+
+
+def test_the_watch_follows_a_namespace_relabelled(cache, admin, namespace):
+    """The Namespaces watch keeps each namespace's labels (an affinity term's namespaceSelector
+    reads them): a label set, then changed, is in the cache's state the next decision reads."""
+    labels = lambda: cache.core.read(lambda state: dict(state.namespaces.get(namespace) or {}))  # noqa: E731
+    wait_for(lambda: namespace in cache.core.read(lambda state: state.namespaces), 10,
+             what=f"namespace {namespace} listed")
+    core = k.CoreV1Api(admin)
+    core.patch_namespace(namespace, {"metadata": {"labels": {"team": "blue"}}})
+    wait_for(lambda: labels().get("team") == "blue", 10, what=f"{namespace} labelled team=blue")
+    core.patch_namespace(namespace, {"metadata": {"labels": {"team": "red"}}})
+    wait_for(lambda: labels().get("team") == "red", 10, what=f"{namespace} relabelled team=red")

@@ -88,6 +88,8 @@ ALLOCATOR_MUST = [
     ("patch", "pods", "--subresource=status", "-n", "default"),
     ("list", "nodes"),
     ("watch", "nodes"),
+    ("list", "namespaces"),  # their labels: affinity terms' namespaceSelector
+    ("watch", "namespaces"),
     ("create", "events", "-n", "default"),
     ("patch", "events", "-n", "default"),
     ("get", f"{LEASE}/mthreads-allocator", "-n", "kube-system"),
@@ -105,6 +107,9 @@ ALLOCATOR_MUST_NOT = [
     ("patch", "nodes"),
     ("delete", "nodes"),
     ("patch", "nodes", "--subresource=status"),
+    ("update", "namespaces"),  # it reads their labels only
+    ("patch", "namespaces"),
+    ("delete", "namespaces"),
     ("get", "secrets", "-n", "kube-system"),
     ("list", "secrets", "--all-namespaces"),
     ("get", "configmaps", "-n", "kube-system"),
@@ -134,6 +139,8 @@ SCHEDULER_MUST = [
     ("create", "pods", "--subresource=binding", "-n", "default"),
     ("list", "nodes"),
     ("watch", "nodes"),
+    ("list", "namespaces"),  # the extender's watch of their labels
+    ("watch", "namespaces"),
     ("get", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
     ("update", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
 ]
@@ -146,6 +153,8 @@ SCHEDULER_MUST_NOT = [
     ("patch", "nodes"),
     ("delete", "nodes"),
     ("patch", "nodes", "--subresource=status"),
+    ("update", "namespaces"),
+    ("delete", "namespaces"),
     ("get", "secrets", "-n", "kube-system"),
     ("list", "secrets", "--all-namespaces"),
     ("get", "configmaps", "-n", "default"),

@@ -35,7 +35,7 @@ from ..model.cards import Fleet
 from ..model.config import Config
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
-from ..scheduling.cache import DROPPED, READ, STORAGE_KINDS, Phase, SchedulerCache
+from ..scheduling.cache import DROPPED, NAMESPACE, READ, STORAGE_KINDS, Phase, SchedulerCache
 from ..scheduling.cycle_state import cycle_of
 from ..scheduling.decide import NoFit, Placement, place
 from ..scheduling.node_annotations import WARNING_REASON, IgnoredEntries
@@ -73,7 +73,7 @@ class Allocator:
 
     def _reset(self) -> None:
         self.cache = SchedulerCache(self.config.mthreads,
-                                    kinds=("node", "pod") + STORAGE_KINDS)
+                                    kinds=("node", "pod", NAMESPACE) + STORAGE_KINDS)
         self.queue = PendingQueue(self.config.scheduler_name, self.backoff, lambda: self.clock())
         self.reading: set[str] = set()  # uncertain pods whose re-read is under way
         self.last_read: dict[str, float] = {}  # uid -> monotonic of its last re-read

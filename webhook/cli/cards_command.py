@@ -115,16 +115,20 @@ async def _explain_named(api, namespace: str, name: str, config: Config):
 async def _explain(api, what: str, pod: dict, config: Config, created: bool = True):
     """The explanation of `pod` (`created`: by the API server, else a pod of a file) on the
     cluster as the API server holds it now."""
-    from ..kube.informer import STORAGE_WATCHES
+    from ..kube.informer import NAMESPACE_WATCH, STORAGE_WATCHES
+    from ..scheduling.pod_affinity import names_namespace_selector
     from ..scheduling.volumes import claim_names
     from .explain_report import explain_pod
     nodes = await _list(api, what, "/api/v1/nodes")
     pods = await _list(api, what, "/api/v1/pods")
     storage = {kind: await _list(api, what, path) for kind, path in STORAGE_WATCHES} \
         if claim_names(pod) else {}
+    # their labels change an answer only through a term's namespaceSelector: listed then only
+    namespaces = await _list(api, what, NAMESPACE_WATCH[1]) \
+        if any(names_namespace_selector(p) for p in [pod, *pods]) else []
     if not created:
         pod = await _with_priority(api, what, pod)
-    return explain_pod(pod, nodes, pods, config, storage)
+    return explain_pod(pod, nodes, pods, config, storage, namespaces)
 
 
 async def _with_priority(api, what: str, pod: dict) -> dict:

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 
 from ..model.config import Config
-from ..scheduling.cache import STORAGE_KINDS, SchedulerCache
+from ..scheduling.cache import NAMESPACE, STORAGE_KINDS, SchedulerCache
 from ..scheduling.explain import Explanation, NodeWhy, explain
 from ..scheduling.pod_status import is_bound, is_finished, name_of, scheduling_gates, uid_of
 from ..scheduling.priority import pod_priority
@@ -30,14 +30,17 @@ class Explained:
 
 
 def explain_pod(pod: dict, nodes: list[dict], pods: list[dict], config: Config,
-                storage: dict[str, list[dict]] | None = None) -> Explained:
+                storage: dict[str, list[dict]] | None = None,
+                namespaces: list[dict] | None = None) -> Explained:
     """`storage`: the claims, volumes and classes by kind ("pvc", "pv", "storageclass"), read
-    when the pod names a claim (the allocator's volume rules read them)."""
+    when the pod names a claim (the allocator's volume rules read them); `namespaces`: the
+    Namespaces (the labels affinity terms' namespaceSelector reads)."""
     if is_bound(pod):
         return Explained(name_of(pod), pod["spec"]["nodeName"], None, {})
     storage = storage or {}
-    cache = SchedulerCache(config.mthreads, kinds=("node", "pod") + STORAGE_KINDS)
+    cache = SchedulerCache(config.mthreads, kinds=("node", "pod", NAMESPACE) + STORAGE_KINDS)
     cache.apply("node", "RESET", nodes)
+    cache.apply(NAMESPACE, "RESET", namespaces or [])
     cache.apply("pod", "RESET", [p for p in pods if not is_finished(p)])
     for kind in STORAGE_KINDS:
         cache.apply(kind, "RESET", storage.get(kind, []))

@@ -14,6 +14,7 @@ from ..base.startup import StartupError
 from ..base.yaml_files import YamlFileError, load_yaml
 from ..model.config import Config
 from ..model.pods import InvalidRequest
+from ..scheduling.affinity_label_keys import with_label_keys_merged
 
 UID = "what-if"  # the uid of the pod that is not created
 
@@ -41,7 +42,8 @@ def read_pod(path: str) -> dict:
 
 def admitted(doc: dict, config: Config) -> dict | str:
     """The pod as it would be created: the webhook's checks and patch, a namespace (`default`
-    when the file names none), a name and a uid; or the webhook's denial."""
+    when the file names none), a name and a uid, its affinity terms' matchLabelKeys and
+    mismatchLabelKeys merged (affinity_label_keys.py); or the webhook's denial."""
     pod = copy.deepcopy(doc)
     meta = pod.setdefault("metadata", {})
     meta.setdefault("namespace", "default")
@@ -54,4 +56,7 @@ def admitted(doc: dict, config: Config) -> dict | str:
         return f"the webhook would deny it: {e.message}"
     if request is not None:
         pod = jsonpatch.apply_patch(pod, patch_for(pod, request, rules))
-    return pod
+    try:  # what the API server does next, as it stores the pod
+        return with_label_keys_merged(pod)
+    except ValueError as e:
+        return f"the API server would refuse it: {e}"

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import threading
 
-from ..kube.informer import STORAGE_WATCHES
+from ..kube.informer import NAMESPACE_WATCH, STORAGE_WATCHES
 from ..model.config import Config
-from ..scheduling.cache import STORAGE_KINDS, Assumed, Phase, SchedulerCache
+from ..scheduling.cache import NAMESPACE, STORAGE_KINDS, Assumed, Phase, SchedulerCache
 from ..scheduling.cycle_state import forget as forget_pod
 from ..scheduling.cycle_state import rules_of
 from ..scheduling.decide import Placement
@@ -47,7 +47,7 @@ class Cache:
     def __init__(self, config: Config):
         self.config = config
         self.core = SchedulerCache(config.mthreads, shows_unbound=False,
-                                   kinds=("node", "pod") + STORAGE_KINDS)
+                                   kinds=("node", "pod", NAMESPACE) + STORAGE_KINDS)
         self._waiting_lock = threading.Lock()
         self._waiting: dict[str, dict] = {}  # uid -> a pod waiting for our scheduler, as watched
         # Decisions need the nodes, the bound pods and the volumes listed; not the pods waiting
@@ -60,7 +60,8 @@ class Cache:
     def watched(self) -> list[tuple[str, str, str | None]]:
         """(kind, path, fieldSelector) of the watches that feed `apply`."""
         return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", BOUND_LIVE_PODS),
-                (WAITING, "/api/v1/pods", waiting_for(self.config.scheduler_name))] + \
+                (WAITING, "/api/v1/pods", waiting_for(self.config.scheduler_name)),
+                NAMESPACE_WATCH] + \
             [(kind, path, None) for kind, path in STORAGE_WATCHES]
 
     def ready(self) -> bool:

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STORAGE_KINDS = ("pvc", "pv", "storageclass")  # the allocator's watches of volumes
+NAMESPACE = "namespace"  # the watch of namespaces (affinity terms' namespaceSelector)
 READ, DROPPED = "read", "dropped"  # what a refused binding leaves to do (binding_refused)
 # (priority, terminating) of the bound pods, one copy each: a cluster has a few priorities
 _FACTS: dict[tuple[int, bool], tuple[int, bool]] = {}
@@ -151,6 +152,8 @@ class SchedulerCache:
             self._state.node_event(event, obj)
         elif kind in STORAGE_KINDS:
             self._state.storage_event(kind, event, obj)
+        elif kind == NAMESPACE:
+            self._state.namespace_event(event, obj)
         elif event == "DELETED":
             self._gone(uid_of(obj))
         else:
@@ -166,7 +169,9 @@ class SchedulerCache:
         """A list of nodes, claims, volumes or classes: each applied on its own; a node that
         raises stays as it was before the list (not forgotten)."""
         before = self._state.clear_nodes() if kind == "node" else {}
-        if kind != "node":
+        if kind == NAMESPACE:
+            self._state.namespace_event("RESET", [])
+        elif kind != "node":
             self._state.storage_event(kind, "RESET", [])
         failed = []
         for obj in objs:

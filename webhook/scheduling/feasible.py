@@ -95,7 +95,8 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
         def accepts(node: str) -> bool:
             return selection.matches(state.nodes[node].obj)
         spread = spread_counts(facts, constraints, state.pods, state.labels, accepts)
-    affinity = affinity_counts(facts, affinity_terms(pod, "podAffinity"), state.pods, state.labels)
+    affinity = affinity_counts(facts, affinity_terms(pod, "podAffinity"), state.pods, state.labels,
+                               state.namespaces)
     return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity)
 
 

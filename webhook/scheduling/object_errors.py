@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 # The Kubernetes kind of each kind of watch, for an event's involvedObject.
 KINDS = {"node": ("v1", "Node"), "pod": ("v1", "Pod"), "pvc": ("v1", "PersistentVolumeClaim"),
-         "pv": ("v1", "PersistentVolume"), "storageclass": ("storage.k8s.io/v1", "StorageClass")}
+         "pv": ("v1", "PersistentVolume"), "storageclass": ("storage.k8s.io/v1", "StorageClass"),
+         "namespace": ("v1", "Namespace")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from .pod_facts import AffinityTerm, PodFacts
 from .pod_index import PodIndex
@@ -36,22 +36,47 @@ class AffinityCounts:
         return not (self.affinity or self.anti_affinity or self.existing_anti_affinity)
 
 
+def resolved(term: AffinityTerm, namespace_labels: Mapping[str, Labels]) -> AffinityTerm:
+    """The incoming pod's term with the namespaces its namespaceSelector matches added to its
+    list (the term itself when it has no selector, or `{}`: every namespace)."""
+    chosen = term.namespace_selector
+    if chosen is None or chosen.requirements == ():  # () is `{}`; None, an unreadable one
+        return term
+    matched = [ns for ns, labels in namespace_labels.items() if chosen.matches(labels)]
+    return AffinityTerm(term.namespaces.union(matched), term.selector, term.topology_key)
+
+
+def term_namespaces(term: AffinityTerm, index: PodIndex) -> Iterable[str]:
+    """The namespaces whose pods a resolved term may select."""
+    if term.namespace_selector is not None:  # `{}`: every namespace with pods
+        return list(index.in_namespace)
+    return term.namespaces
+
+
 def affinity_counts(pod: PodFacts, affinity: tuple[AffinityTerm, ...], index: PodIndex,
-                    node_labels: Mapping[str, Labels]) -> AffinityCounts:
-    """The counts of a decision (PreFilter). `node_labels`: the labels of each node known."""
+                    node_labels: Mapping[str, Labels],
+                    namespace_labels: Mapping[str, Labels] | None = None) -> AffinityCounts:
+    """The counts of a decision (PreFilter). `node_labels`: the labels of each node known;
+    `namespace_labels`: of each namespace known (their namespaceSelectors read them)."""
+    namespace_labels = namespace_labels if namespace_labels is not None else {}
+    own_labels = namespace_labels.get(pod.namespace)
     existing: Counter[Pair] = Counter()
     for term, nodes in index.anti_affinity.items():
-        if term.selects(pod.namespace, pod.labels):
+        if term.selects(pod.namespace, pod.labels, own_labels):
             for node, n in nodes.items():
                 labels = node_labels.get(node)
                 if labels is not None and term.topology_key in labels:
                     existing[(term.topology_key, labels[term.topology_key])] += n
+    if any(t.namespace_selector is not None for t in affinity):
+        affinity = tuple(resolved(t, namespace_labels) for t in affinity)
     anti = pod.anti_affinity
+    if any(t.namespace_selector is not None for t in anti):
+        anti = tuple(resolved(t, namespace_labels) for t in anti)
     matched_affinity: Counter[Pair] = Counter()
     matched_anti: Counter[Pair] = Counter()
     if affinity:  # a pod counts when it matches every term: the first term's pods are the candidates
         first = affinity[0]
-        for ns in first.namespaces:
+        for ns in term_namespaces(first, index):
             for share in index.selected(ns, first.selector):
                 labels, other = node_labels.get(share.node), share.pod
                 if labels is not None and other is not None and \
@@ -60,7 +85,7 @@ def affinity_counts(pod: PodFacts, affinity: tuple[AffinityTerm, ...], index: Po
                         if t.topology_key in labels:
                             matched_affinity[(t.topology_key, labels[t.topology_key])] += 1
     for t in anti:
-        for ns in t.namespaces:
+        for ns in term_namespaces(t, index):
             for share in index.selected(ns, t.selector):
                 labels, other = node_labels.get(share.node), share.pod
                 if labels is not None and other is not None and t.topology_key in labels and \
@@ -90,3 +115,20 @@ def affinity_reason(counts: AffinityCounts, labels: Labels) -> str | None:
         if n > 0 and labels.get(key) == value:
             return EXISTING_ANTI_AFFINITY
     return None
+
+
+def names_namespace_selector(pod: object) -> bool:
+    """Whether a required (anti-)affinity term of the pod has a namespaceSelector: only then
+    do the namespaces' labels change its answer, or another pod's (`cards` lists them then)."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    if not isinstance(affinity, dict):
+        return False
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = affinity.get(kind)
+        terms = section.get("requiredDuringSchedulingIgnoredDuringExecution") \
+            if isinstance(section, dict) else None
+        if isinstance(terms, list) and any(isinstance(t, dict) and t.get("namespaceSelector")
+                                           is not None for t in terms):
+            return True
+    return False

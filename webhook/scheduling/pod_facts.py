@@ -24,9 +24,18 @@ class AffinityTerm:
     namespaces: frozenset[str]
     selector: Selector
     topology_key: str
+    # the term's namespaceSelector (1.24 GA); None: it has none (the namespaces listed alone)
+    namespace_selector: Selector | None = None
 
-    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        return namespace in self.namespaces and self.selector.matches(labels)
+    def selects(self, namespace: str, labels: Mapping[str, str],
+                namespace_labels: Mapping[str, str] | None = None) -> bool:
+        """Whether a pod of `namespace` with `labels` is one the term selects; `namespace_labels`:
+        its namespace's labels, read by the term's namespaceSelector (upstream's Matches)."""
+        if namespace not in self.namespaces and (
+                self.namespace_selector is None
+                or not self.namespace_selector.matches(namespace_labels or _NO_LABELS)):
+            return False
+        return self.selector.matches(labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +90,13 @@ def affinity_terms(pod: JsonObject, kind: str) -> tuple[AffinityTerm, ...]:
     section = ((spec.get("affinity") or {}).get(kind) or {})
     terms = []
     for t in section.get("requiredDuringSchedulingIgnoredDuringExecution") or ():
-        namespaces = t.get("namespaces") or [meta.get("namespace", "")]
+        raw = t.get("namespaceSelector")
+        # no selector and no list: the pod's own namespace; a selector: the list and the
+        # namespaces it matches, `{}` every namespace (upstream's newAffinityTerm)
+        namespaces = t.get("namespaces") or ([meta.get("namespace", "")] if raw is None else [])
         terms.append(AffinityTerm(frozenset(namespaces), selector_of(t.get("labelSelector")),
-                                  t.get("topologyKey") or ""))
+                                  t.get("topologyKey") or "",
+                                  None if raw is None else selector_of(raw)))
     return one_copy(tuple(terms))
 
 

@@ -10,7 +10,7 @@ import heapq
 import logging
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, cast
 
 from ..base.json_types import JsonObject
 from ..model import annotations as keys
@@ -18,7 +18,7 @@ from ..model.cards import CORES_PER_CARD
 from ..model.config import MthreadsConfig
 from ..model.pods import resource_names
 from .inventory import NodeCards, node_cards
-from .one_copy import hold, release
+from .one_copy import hold, one_name, release
 from .pod_facts import hold_facts, release_facts
 from .pod_index import PodIndex
 from .resources import (
@@ -88,6 +88,8 @@ class ClusterState:
         self.node_usage: dict[str, NodeUsage] = {}
         self.pods = PodIndex()  # what the pods on each node show the rules of other pods
         self.storage = Storage()  # claims, volumes and classes (the allocator's watches)
+        # each namespace's labels, as its watch shows them (affinity terms' namespaceSelector)
+        self.namespaces: dict[str, Mapping[str, str]] = {}
         # Bumped whenever room may have appeared (a share freed, a node added or changed):
         # pods that did not fit are retried only then.
         self.generation = 0
@@ -212,6 +214,25 @@ class ClusterState:
         """A claim, volume or class changed: a pod waiting for it may fit now."""
         self.storage.apply(kind, event, obj)
         self.generation += 1
+
+    def namespace_event(self, event: str, obj: JsonObject | list[JsonObject]) -> None:
+        """A namespace's event (RESET: the list of all). Its labels changing bumps the
+        generation: a pod whose affinity term's namespaceSelector reads them may fit now."""
+        if event == "RESET":
+            listed = {}
+            for ns in cast("list[JsonObject]", obj):
+                name, labels = _namespace_of(ns)
+                listed[name] = labels
+            self.namespaces = listed
+            self.generation += 1
+            return
+        name, labels = _namespace_of(cast(JsonObject, obj))
+        if event == "DELETED":
+            if self.namespaces.pop(name, None) is not None:
+                self.generation += 1
+        elif self.namespaces.get(name) != labels:
+            self.namespaces[name] = labels
+            self.generation += 1
 
     # shares
     def add(self, share: PodShare) -> None:
@@ -344,6 +365,19 @@ def node_room(cards: NodeCards, usage: Mapping[str, CardUsage]) -> NodeRoom:
         if shareable(c.memory_mib, u):
             free.append((c.memory_mib - u.memory_mib, CORES_PER_CARD - u.cores))
     return NodeRoom(used / len(cards.cards), tuple(free), idle, cards.models)
+
+
+def _namespace_of(ns: JsonObject) -> tuple[str, Mapping[str, str]]:
+    """(name, labels) of a Namespace; one whose labels are not a map of strings raises,
+    naming the field (the cache's boundary tells of it and keeps the rest)."""
+    meta = ns.get("metadata") or {}
+    name, labels = meta.get("name"), meta.get("labels") or {}
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"metadata.name is not a name: {name!r}")
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                               for k, v in labels.items()):
+        raise ValueError(f"metadata.labels is not a map of strings: {labels!r}")
+    return one_name(name), labels
 
 
 def _log_problem(node: str, old: str | None, new: str | None) -> None:
