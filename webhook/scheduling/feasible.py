@@ -26,6 +26,7 @@ from . import reasons
 from .node_fit import NodeRules, node_rules_of, resources_reason
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
+from .resource_claims import claims_refusal
 from .resources import Resources, pod_requests
 from .state import ClusterState, NodeInfo
 from .topology_spread import SpreadCounts, constraints_of, spread_counts, spread_reason
@@ -84,6 +85,8 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
     wants = wants if wants is not None else pod_requests(pod)
     if rules.cost * len(state.nodes) > NODE_RULES_BUDGET:
         return NodeChecks(rules, wants, facts, refusal=reasons.TOO_MANY_NODE_RULES)
+    if not binder and (refusal := claims_refusal(pod.get("spec") or {})):
+        return NodeChecks(rules, wants, facts, refusal=refusal)
     volumes = pod_volumes(pod, state.storage, binder)
     if isinstance(volumes, str):
         return NodeChecks(rules, wants, facts, refusal=volumes)
