@@ -245,16 +245,21 @@ def rules_of(cluster, user: str, namespace: str) -> set[tuple[str, str, str]]:
     return rules
 
 
+# The namespaces' labels, which the extender's filter reads for affinity terms'
+# namespaceSelector: kube-scheduler 1.20's built-in role lacks them (later ones list and watch them)
+NAMESPACE_LABELS = {("namespaces", "", "list"), ("namespaces", "", "watch")}
+
+
 @pytest.mark.parametrize("namespace, added", [
-    ("default", set()),
-    ("kube-system", {("leases.coordination.k8s.io", "mthreads-scheduler", "get"),
+    ("default", NAMESPACE_LABELS),
+    ("kube-system", {*NAMESPACE_LABELS, ("leases.coordination.k8s.io", "mthreads-scheduler", "get"),
                      ("leases.coordination.k8s.io", "mthreads-scheduler", "update"),
                      *(("configmaps", "extension-apiserver-authentication", v) for v in ("get", "list", "watch"))}),
 ])
 def test_the_extender_mode_adds_to_kube_schedulers_roles_only_its_own_lease(cluster, namespace, added):
     """Extender mode's identity (kube-scheduler and the extender, one pod) against an account
-    bound to kube-scheduler's built-in roles alone: beyond them, the Lease mthreads-scheduler
-    and the authentication reader kube-scheduler's /healthz needs. The requeue's pods/status
+    bound to kube-scheduler's built-in roles alone: beyond them, the namespaces' labels, the
+    Lease mthreads-scheduler and the authentication reader kube-scheduler's /healthz needs. The requeue's pods/status
     patch, which the chart names for the extender, is one of the built-in rights."""
     ours = rules_of(cluster, SCHEDULER_SA, namespace)
     builtin = rules_of(cluster, "system:serviceaccount:{}:{}".format(*REFERENCE_SCHEDULER), namespace)
