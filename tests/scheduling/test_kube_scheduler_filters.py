@@ -37,8 +37,8 @@ from tests.harness.wait import wait_for
 from webhook.model.config import MthreadsConfig
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.feasible import node_reasons
-from webhook.scheduling.pod_status import LIVE_PODS
 from webhook.scheduling.node_selector import selection_of
+from webhook.scheduling.pod_status import LIVE_PODS
 from webhook.scheduling.reasons import SPREAD
 from webhook.scheduling.reasons import VOLUME_NODE_CONFLICT as NODE_CONFLICT
 from webhook.scheduling.topology_spread import constraints_of

@@ -242,6 +242,7 @@ def test_through_every_filter(case, nodes, existing, new, want):
      "spec.topologySpreadConstraints[0].nodeAffinityPolicy is neither Honor nor Ignore: 'honor'"),
     ({"nodeTaintsPolicy": 1},
      "spec.topologySpreadConstraints[0].nodeTaintsPolicy is neither Honor nor Ignore: 1"),
+    ({"topologyKey": None}, "spec.topologySpreadConstraints[0].topologyKey is not a label key: None"),
     ({"matchLabelKeys": "bar"},
      "spec.topologySpreadConstraints[0].matchLabelKeys is not a list of label keys: 'bar'"),
 ])

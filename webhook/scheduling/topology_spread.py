@@ -65,7 +65,9 @@ def constraints_of(pod: JsonObject) -> tuple[Constraint, ...] | str:
 
 
 def _constraint(c: JsonObject, labels: Labels) -> Constraint | str:
-    max_skew, min_domains = c.get("maxSkew") or 0, c.get("minDomains")
+    max_skew, min_domains, key = c.get("maxSkew") or 0, c.get("minDomains"), c.get("topologyKey")
+    if not isinstance(key, str):
+        return f"topologyKey is not a label key: {key!r}"
     if not _integer(max_skew):
         return f"maxSkew is not an integer: {max_skew!r}"
     if min_domains is not None and not _integer(min_domains):
@@ -80,7 +82,7 @@ def _constraint(c: JsonObject, labels: Labels) -> Constraint | str:
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         return f"matchLabelKeys is not a list of label keys: {keys!r}"
     selector = with_label_keys(selector_of(c.get("labelSelector")), keys, labels)
-    return Constraint(max_skew, c.get("topologyKey") or "", selector,
+    return Constraint(max_skew, key, selector,
                       1 if min_domains is None else min_domains, *policies)
 
 
@@ -122,12 +124,19 @@ def spread_counts(pod: PodFacts, constraints: tuple[Constraint, ...], index: Pod
     for node, labels in node_labels.items():
         if not all(k in labels for k in keys):
             continue
-        passes: dict[bool, bool] = {}  # honor_affinity or honor_taints -> the node passes
+        affinity: bool | None = None  # each asked once a node, whichever pairs need it
+        taints: bool | None = None
         for (honor_affinity, honor_taints), nodes in included.items():
-            if honor_affinity and not _once(passes, True, accepts, node):
-                continue
-            if honor_taints and not _once(passes, False, tolerated, node):
-                continue
+            if honor_affinity:
+                if affinity is None:
+                    affinity = accepts(node)
+                if not affinity:
+                    continue
+            if honor_taints:
+                if taints is None:
+                    taints = tolerated(node)
+                if not taints:
+                    continue
             nodes.add(node)
     for c, domains in zip(constraints, matched):
         nodes = included[(c.honor_affinity, c.honor_taints)]
@@ -142,14 +151,6 @@ def spread_counts(pod: PodFacts, constraints: tuple[Constraint, ...], index: Pod
     return SpreadCounts(constraints, matched,
                         tuple(min(d.values(), default=_NO_MINIMUM) for d in matched),
                         tuple(c.selector.matches(pod.labels) for c in constraints))
-
-
-def _once(done: dict[bool, bool], which: bool, check: Callable[[str], bool], node: str) -> bool:
-    """`check(node)`, asked once for the node whichever constraints need it."""
-    got = done.get(which)
-    if got is None:
-        got = done[which] = check(node)
-    return got
 
 
 def spread_reason(counts: SpreadCounts, labels: Labels) -> str | None:
