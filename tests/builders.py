@@ -206,3 +206,19 @@ def raising(obj: dict, part: str = "resources") -> dict:
     else:
         out[part] = Raising()
     return out
+
+
+def spread_constraint(max_skew: int, key: str, selector: dict | None, *,
+                      when: str = "DoNotSchedule", min_domains: int | None = None,
+                      affinity_policy: str | None = None, taints_policy: str | None = None,
+                      label_keys: list[str] | None = None) -> dict:
+    """One of a pod's `topologySpreadConstraints`, the fields left out when None (as upstream's
+    test pods write them: `SpreadConstraint(maxSkew, key, when, selector, minDomains,
+    nodeAffinityPolicy, nodeTaintsPolicy, matchLabelKeys)`)."""
+    c = {"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": when}
+    for name, value in (("labelSelector", selector), ("minDomains", min_domains),
+                        ("nodeAffinityPolicy", affinity_policy),
+                        ("nodeTaintsPolicy", taints_policy), ("matchLabelKeys", label_keys)):
+        if value is not None:
+            c[name] = value
+    return c

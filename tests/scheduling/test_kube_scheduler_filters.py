@@ -37,8 +37,11 @@ from tests.harness.wait import wait_for
 from webhook.model.config import MthreadsConfig
 from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.feasible import node_reasons
+from webhook.scheduling.node_selector import selection_of
 from webhook.scheduling.pod_status import LIVE_PODS
+from webhook.scheduling.reasons import SPREAD
 from webhook.scheduling.reasons import VOLUME_NODE_CONFLICT as NODE_CONFLICT
+from webhook.scheduling.topology_spread import constraints_of
 
 SCHEDULER = "filters-under-test"
 CLUSTERS = max(20, int(os.environ.get("KUBE_FILTERS_CLUSTERS", "20")))
@@ -356,6 +359,57 @@ def stricter_by_design(d: Difference) -> bool:
     return False
 
 
+def newer_spread_rule(d: Difference) -> bool:
+    """The rule of today the core applies where kube-scheduler 1.20 did not, on the fields a
+    1.20 API server keeps: from 1.24 a spread constraint counts only the pods on the nodes it
+    includes (that pass the pod's nodeSelector and required node affinity and carry every
+    constraint's key); 1.20 counted every pod on a node whose pair was eligible. A difference
+    is that rule's when the node's spread answers by the two countings differ, kube-scheduler's
+    is 1.20's and the core's is 1.24's."""
+    o = d.outcome
+    if d.core not in (None, SPREAD) or o.state is None or d.node == "*":
+        return False
+    old, new = (spread_passes(o.pod, o.state, d.node, since_1_24) for since_1_24 in (False, True))
+    return old != new and old == d.kube and new == (d.core is None)
+
+
+def spread_passes(pod: dict, state: State, name: str, since_1_24: bool) -> bool:
+    """kube-scheduler's PodTopologySpread filter for the pod on the node, on the fields a 1.20
+    API server keeps: the pairs of the nodes the pod's selector and affinity accept that carry
+    every key, each with the matching pods (the pod's namespace, not terminating) of every node
+    with that pair (`since_1_24`: of those nodes only)."""
+    constraints = constraints_of(pod)
+    assert isinstance(constraints, tuple), constraints
+    nodes = {n["metadata"]["name"]: n for n in state.nodes}
+    labels = {n: node["metadata"].get("labels") or {} for n, node in nodes.items()}
+    selection = selection_of(pod["spec"])
+    keys = [c.topology_key for c in constraints]
+    counts: Counter[tuple[str, str]] = Counter({
+        (k, node_labels[k]): 0 for n, node_labels in labels.items()
+        if all(k in node_labels for k in keys) and selection.matches(nodes[n]) for k in keys})
+    ns = pod["metadata"]["namespace"]
+    for p in state.pods:
+        where = p["spec"].get("nodeName") or ""
+        on = labels.get(where)
+        if on is None or p["metadata"].get("namespace") != ns or p["metadata"].get("deletionTimestamp"):
+            continue
+        if since_1_24 and not (all(k in on for k in keys) and selection.matches(nodes[where])):
+            continue
+        for c in constraints:
+            pair = (c.topology_key, on.get(c.topology_key, ""))
+            if pair in counts and c.selector.matches(p["metadata"].get("labels") or {}):
+                counts[pair] += 1
+    for c in constraints:
+        value = labels[name].get(c.topology_key)
+        if value is None:
+            return False
+        domains = [m for (k, _), m in counts.items() if k == c.topology_key]
+        self_match = c.selector.matches(pod["metadata"].get("labels") or {})
+        if domains and counts[(c.topology_key, value)] + self_match - min(domains) > c.max_skew:
+            return False
+    return True
+
+
 def differences(o: Outcome) -> list[Difference]:
     """Each node one answer lets through and the other does not (every node the core knows
     and every node kube-scheduler let through)."""
@@ -521,8 +575,9 @@ def test_the_core_lets_through_the_nodes_kube_scheduler_lets_through(stack):
     took = time.monotonic() - started
 
     every = [d for o in outcomes for d in differences(o)]
-    found = [d for d in every if not stricter_by_design(d)]
-    stricter = len(every) - len(found)
+    newer = [d for d in every if newer_spread_rule(d)]
+    found = [d for d in every if not stricter_by_design(d) and not newer_spread_rule(d)]
+    stricter = len(every) - len(found) - len(newer)
     wrong = {id(d.outcome) for d in found}
     by_feature = Counter(f for o in outcomes for f in features(o.asked))
     wrong_by_feature = Counter(f for o in outcomes if id(o) in wrong for f in features(o.asked))
@@ -537,7 +592,11 @@ def test_the_core_lets_through_the_nodes_kube_scheduler_lets_through(stack):
     print(f"{len(outcomes)} pods over {len(seeds)} clusters in {took:.0f} s: {len(bound)} bound "
           f"({len(partial)} of them with some nodes filtered out), {len(refused)} on no node; "
           f"{len(found)} node answers differ, on {len(wrong)} pods; {stricter} refused by the core "
-          "on purpose (volumes pinned by matchFields: stricter_by_design)")
+          "on purpose (volumes pinned by matchFields: stricter_by_design); "
+          f"{len(newer)} by the spread counting of 1.24 (newer_spread_rule), on "
+          f"{len({id(d.outcome) for d in newer})} pods")
+    for d in newer:  # shown, not hidden: each answer the counting of 1.24 changes
+        print("by the spread counting of 1.24:" + d.line())
     print("pods per feature (with a difference): " + ", ".join(
         f"{f} {by_feature[f]} ({wrong_by_feature[f]})" for f in FEATURES))
     print("kube-scheduler's reasons when no node passed (pods): " + "; ".join(
@@ -656,3 +715,36 @@ def test_only_a_volume_pinned_by_matchfields_makes_a_refusal_stricter_by_design(
             {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}}}]
     assert not stricter_by_design(differences(o)[0])  # a label: kube-scheduler would refuse too
     assert not stricter_by_design(differences(_outcome({"n1"}, {"n1": "Too many pods"}))[0])
+
+
+def test_only_a_count_that_1_20_made_on_a_node_the_pod_refuses_is_the_newer_spread_rule():
+    """A pod of zone a, spread by zone, with its affinity refusing n2: the matching pod on n2
+    counted for zone a in 1.20 (n1 refused, n3 passes), not from 1.24 (n1 passes, n3 too)."""
+    o = _outcome({"n3"}, {"n1": None, "n2": "node(s) didn't match Pod's node affinity", "n3": None})
+    o.pod["metadata"].update(namespace="x", labels={"app": "web"})
+    o.pod["spec"] = {"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}}}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n2"]}]}]}}}}
+
+    def node(name, zone):
+        return {"metadata": {"name": name, "labels": {"zone": zone, "kubernetes.io/hostname": name}},
+                "spec": {}, "status": {"allocatable": {"cpu": "2"}}}
+    o.state.nodes = [node("n1", "a"), node("n2", "a"), node("n3", "b")]
+    o.state.pods = [{"metadata": {"name": "w", "namespace": "x", "labels": {"app": "web"}},
+                     "spec": {"nodeName": "n2", "containers": [{"name": "c"}]}}]
+    (d,) = differences(o)
+    assert (d.node, d.kube, d.core) == ("n1", False, None) and newer_spread_rule(d)
+    o.reasons = {"n1": SPREAD, "n2": "node(s) didn't match Pod's node affinity", "n3": None}
+    assert differences(o) == []  # the core counting as 1.20 would agree: no difference
+    o.reasons = {"n1": None, "n2": "node(s) didn't match Pod's node affinity", "n3": SPREAD}
+    o.passed = {"n1", "n3"}
+    (d,) = differences(o)  # n3: a difference 1.20's counting does not explain
+    assert d.node == "n3" and not newer_spread_rule(d)
+    o.state.pods[0]["spec"]["nodeName"] = "n1"  # on a node the pod accepts: counted by both
+    o.passed, o.reasons = {"n3"}, {"n1": None, "n2": "node(s) didn't match Pod's node affinity",
+                                   "n3": None}
+    (d,) = differences(o)
+    assert d.node == "n1" and not newer_spread_rule(d)

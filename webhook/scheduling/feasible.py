@@ -23,7 +23,7 @@ from typing import Mapping
 
 from ..base.json_types import JsonObject
 from . import reasons
-from .node_fit import NodeRules, node_rules_of, resources_reason
+from .node_fit import NodeRules, node_rules_of, resources_reason, untolerated_taint
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
 from .resource_claims import claims_refusal
@@ -92,12 +92,17 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
         return NodeChecks(rules, wants, facts, refusal=volumes)
     spread = None
     constraints = constraints_of(pod)
+    if isinstance(constraints, str):
+        return NodeChecks(rules, wants, facts, refusal=constraints)
     if constraints:
-        selection = rules.selection
+        selection, tolerations = rules.selection, rules.tolerations
 
         def accepts(node: str) -> bool:
             return selection.matches(state.nodes[node].obj)
-        spread = spread_counts(facts, constraints, state.pods, state.labels, accepts)
+
+        def tolerated(node: str) -> bool:
+            return untolerated_taint(state.nodes[node].obj, tolerations) is None
+        spread = spread_counts(facts, constraints, state.pods, state.labels, accepts, tolerated)
     affinity = affinity_counts(facts, affinity_terms(pod, "podAffinity"), state.pods, state.labels,
                                state.namespaces)
     return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity)
