@@ -170,7 +170,7 @@ class SchedulerCache:
         raises stays as it was before the list (not forgotten)."""
         before = self._state.clear_nodes() if kind == "node" else {}
         if kind == NAMESPACE:
-            self._state.namespace_event("RESET", [])
+            self._state.clear_namespaces()
         elif kind != "node":
             self._state.storage_event(kind, "RESET", [])
         failed = []

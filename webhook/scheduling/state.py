@@ -10,7 +10,7 @@ import heapq
 import logging
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, cast
+from typing import Iterable, Iterator, Mapping
 
 from ..base.json_types import JsonObject
 from ..model import annotations as keys
@@ -215,18 +215,15 @@ class ClusterState:
         self.storage.apply(kind, event, obj)
         self.generation += 1
 
-    def namespace_event(self, event: str, obj: JsonObject | list[JsonObject]) -> None:
-        """A namespace's event (RESET: the list of all). Its labels changing bumps the
-        generation: a pod whose affinity term's namespaceSelector reads them may fit now."""
-        if event == "RESET":
-            listed = {}
-            for ns in cast("list[JsonObject]", obj):
-                name, labels = _namespace_of(ns)
-                listed[name] = labels
-            self.namespaces = listed
-            self.generation += 1
-            return
-        name, labels = _namespace_of(cast(JsonObject, obj))
+    def clear_namespaces(self) -> None:
+        """Before a relist of the namespaces, which come back one by one (namespace_event)."""
+        self.namespaces = {}
+        self.generation += 1
+
+    def namespace_event(self, event: str, obj: JsonObject) -> None:
+        """A namespace added, changed or deleted. Its labels changing bumps the generation: a
+        pod whose affinity term's namespaceSelector reads them may fit now."""
+        name, labels = _namespace_of(obj)
         if event == "DELETED":
             if self.namespaces.pop(name, None) is not None:
                 self.generation += 1
