@@ -15,6 +15,7 @@ import copy
 from typing import Mapping
 
 from ..base.json_types import JsonObject
+from .pod_facts import written_terms
 
 KINDS = ("podAffinity", "podAntiAffinity")
 
@@ -40,21 +41,8 @@ def with_label_keys_merged(pod: JsonObject) -> JsonObject:
 
 
 def _names_keys(pod: JsonObject) -> bool:
-    affinity = (pod.get("spec") or {}).get("affinity")
-    if not isinstance(affinity, dict):
-        return False
-    for kind in KINDS:
-        section = affinity.get(kind)
-        if not isinstance(section, dict):
-            continue
-        terms = list(section.get("requiredDuringSchedulingIgnoredDuringExecution") or ())
-        terms += [w.get("podAffinityTerm") for w in
-                  section.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
-                  if isinstance(w, dict)]
-        if any(isinstance(t, dict) and (t.get("matchLabelKeys") or t.get("mismatchLabelKeys"))
-               for t in terms):
-            return True
-    return False
+    return any(t.get("matchLabelKeys") or t.get("mismatchLabelKeys")
+               for t in written_terms(pod, preferred=True))
 
 
 def _merge(term: object, labels: Mapping[str, object], where: str) -> None:

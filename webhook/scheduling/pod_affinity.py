@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from .pod_facts import AffinityTerm, PodFacts
+from .pod_facts import AffinityTerm, PodFacts, written_terms
 from .pod_index import PodIndex
 from .reasons import AFFINITY_RULES, ANTI_AFFINITY_RULES, EXISTING_ANTI_AFFINITY
 
@@ -120,15 +120,4 @@ def affinity_reason(counts: AffinityCounts, labels: Labels) -> str | None:
 def names_namespace_selector(pod: object) -> bool:
     """Whether a required (anti-)affinity term of the pod has a namespaceSelector: only then
     do the namespaces' labels change its answer, or another pod's (`cards` lists them then)."""
-    spec = pod.get("spec") if isinstance(pod, dict) else None
-    affinity = spec.get("affinity") if isinstance(spec, dict) else None
-    if not isinstance(affinity, dict):
-        return False
-    for kind in ("podAffinity", "podAntiAffinity"):
-        section = affinity.get(kind)
-        terms = section.get("requiredDuringSchedulingIgnoredDuringExecution") \
-            if isinstance(section, dict) else None
-        if isinstance(terms, list) and any(isinstance(t, dict) and t.get("namespaceSelector")
-                                           is not None for t in terms):
-            return True
-    return False
+    return any(t.get("namespaceSelector") is not None for t in written_terms(pod))

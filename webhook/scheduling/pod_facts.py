@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from ..base.json_types import JsonObject
 from .label_selector import Selector, selector_of
@@ -82,6 +82,26 @@ def release_facts(facts: PodFacts) -> None:
 
 
 _NO_LABELS: Mapping[str, str] = {}
+
+
+def written_terms(pod: object, preferred: bool = False) -> Iterator[JsonObject]:
+    """The pod's pod affinity and anti-affinity terms as written: the required ones, and with
+    `preferred` the preferred ones' podAffinityTerm; a part of the wrong shape holds none."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    if not isinstance(affinity, dict):
+        return
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = affinity.get(kind)
+        if not isinstance(section, dict):
+            continue
+        required = section.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(required, list):
+            yield from (t for t in required if isinstance(t, dict))
+        weighted = section.get("preferredDuringSchedulingIgnoredDuringExecution")
+        if preferred and isinstance(weighted, list):
+            yield from (w["podAffinityTerm"] for w in weighted
+                        if isinstance(w, dict) and isinstance(w.get("podAffinityTerm"), dict))
 
 
 def affinity_terms(pod: JsonObject, kind: str) -> tuple[AffinityTerm, ...]:
