@@ -20,3 +20,10 @@ def valid_at(obj: dict, version: str = CURRENT) -> dict:
         path = ".".join(str(p) for p in e.path)
         pytest.fail(f"{version} refuses {obj.get('kind')} {path}: {e.message}")
     return obj
+
+
+def valid_pod(pod: dict, version: str = CURRENT) -> dict:
+    """`pod` (a Pod without apiVersion and kind, as the tables write them) itself when
+    `version`'s strict schema takes it as a Pod."""
+    valid_at({"apiVersion": "v1", "kind": "Pod", **pod}, version)
+    return pod

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from tests.harness.schema import valid_at
+from tests.harness.schema import valid_pod
 from tests.scheduling.rules_support import HOST, affinity, cache_of, node, passing, pod
 from webhook.cli.what_if import admitted
 from webhook.model.config import Config
@@ -29,10 +29,6 @@ def term(selector: dict | None = None, match: list | None = None, mismatch: list
     return t
 
 
-def modern(p: dict) -> dict:
-    valid_at({"apiVersion": "v1", "kind": "Pod", **p})
-    return p
-
 
 LABELS = {"app": "web", "rev": "1"}
 APP = {"matchLabels": {"app": "web"}}
@@ -51,13 +47,13 @@ APP = {"matchLabels": {"app": "web"}}
 ], ids=["matchLabelKeys: In", "mismatchLabelKeys: NotIn", "both", "a key the pod lacks", "no labelSelector"])
 def test_each_required_term_is_merged_as_the_api_server_merges_it(t, merged):
     for kind in (ANTI, AFF):
-        p = modern(pod("w", None, LABELS, **affinity(kind, copy.deepcopy(t))))
+        p = valid_pod(pod("w", None, LABELS, **affinity(kind, copy.deepcopy(t))))
         (out,) = with_label_keys_merged(p)["spec"]["affinity"][kind][REQ]
         assert out.get("labelSelector") == merged
 
 
 def test_preferred_terms_are_merged_too_and_the_pod_read_is_left_as_it_was():
-    p = modern(pod("w", None, LABELS, affinity={ANTI: {"preferredDuringSchedulingIgnoredDuringExecution": [
+    p = valid_pod(pod("w", None, LABELS, affinity={ANTI: {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "podAffinityTerm": term(APP, match=["rev"])}]}}))
     before = copy.deepcopy(p)
     out = with_label_keys_merged(p)
@@ -83,7 +79,7 @@ BOUND = [pod("r1", "n1", {"app": "web", "rev": "1"}), pod("r2", "n2", {"app": "w
 ])
 def test_the_merged_pod_is_decided_and_merging_a_stored_pod_again_gives_the_same_answer(t, expected):
     c = cache_of(NODES, BOUND)
-    p = modern(pod("w", None, LABELS, **affinity(ANTI, t)))
+    p = valid_pod(pod("w", None, LABELS, **affinity(ANTI, t)))
     stored = with_label_keys_merged(p)
     assert passing(stored, c) == expected
     assert passing(with_label_keys_merged(stored), c) == expected
@@ -93,7 +89,7 @@ def test_what_if_merges_the_keys_of_the_pod_of_a_file():
     doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "labels": LABELS},
            "spec": {"containers": [{"name": "c", "image": "busybox"}],
                     **affinity(ANTI, term(APP, match=["rev"]))}}
-    out = admitted(modern(doc), Config())
+    out = admitted(valid_pod(doc), Config())
     assert isinstance(out, dict)
     (t,) = out["spec"]["affinity"][ANTI][REQ]
     assert t["labelSelector"]["matchExpressions"] == [{"key": "rev", "operator": "In", "values": ["1"]}]

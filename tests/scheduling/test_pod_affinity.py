@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.schema import valid_at
+from tests.harness.schema import valid_pod
 from tests.scheduling.rules_support import (
     HOST,
     ZONE,
@@ -41,11 +41,6 @@ def term(key: str = HOST, selector: dict | None = None, ns: list | None = None, 
         t["namespaces"] = ns
     return t
 
-
-def modern(p: dict) -> dict:
-    """A pod 1.37's strict schema takes (a 1.20 API server would prune namespaceSelector)."""
-    valid_at({"apiVersion": "v1", "kind": "Pod", **p})
-    return p
 
 
 def cluster(pods: list, namespaces: dict = NAMESPACES):
@@ -105,7 +100,7 @@ CASES = [
 @pytest.mark.parametrize("name, pods, incoming, expected", CASES, ids=[c[0] for c in CASES])
 def test_namespace_selector_of_required_terms(name, pods, incoming, expected):
     for p in [*pods, incoming]:
-        modern(p)
+        valid_pod(p)
     assert passing(incoming, cluster(pods)) == expected
 
 
@@ -172,7 +167,7 @@ def test_terms_without_a_namespace_selector_are_read_as_before():
     p = pod("w", "n1", WEB, **affinity(ANTI, term(HOST, app="web")))
     (t,) = affinity_terms(p, ANTI)
     assert t.namespace_selector is None and t.namespaces == frozenset({"a"})
-    (s,) = affinity_terms(modern(pod("w", "n1", WEB, **affinity(ANTI, term(HOST, {}, app="web")))), ANTI)
+    (s,) = affinity_terms(valid_pod(pod("w", "n1", WEB, **affinity(ANTI, term(HOST, {}, app="web")))), ANTI)
     assert s.namespaces == frozenset() and s.namespace_selector is not None
 
 
