@@ -6,7 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from tests.builders import container_status, mt_node, plain, resize_pending, sched_pod, slice_, whole
+from tests.builders import (
+    container_status,
+    mt_node,
+    plain,
+    resize_pending,
+    sched_pod,
+    slice_,
+    whole,
+)
 from webhook.model import annotations as keys
 from webhook.model.config import MthreadsConfig
 from webhook.model.hami import Device

@@ -23,8 +23,8 @@ from typing import Callable, TypeAlias
 from ..base.json_types import JsonObject
 from ..base.shown import shown
 
-Amounts: TypeAlias = dict[str, int]
-Reader: TypeAlias = Callable[[JsonObject], Amounts]  # a ResourceList, every name it lists kept
+ByName: TypeAlias = dict[str, int]
+Reader: TypeAlias = Callable[[JsonObject], ByName]  # a ResourceList, every name it lists kept
 
 SIDECAR_POLICY = "Always"
 POD_LEVEL = ("cpu", "memory")  # with every hugepages-*: what pod-level resources may carry
@@ -47,8 +47,16 @@ def _list(obj: JsonObject, key: str) -> list[object]:
 
 
 def counts_today(spec: JsonObject) -> bool:
-    """Whether the spec has a field 1.20's sum did not read: a sidecar, pod-level resources."""
-    return bool(spec.get("resources")) or any(is_sidecar(c) for c in _list(spec, "initContainers"))
+    """Whether the spec has a field 1.20's sum did not read: a sidecar, pod-level resources.
+    (Plain loops: every pod's reading asks, most have neither.)"""
+    if spec.get("resources"):
+        return True
+    inits = spec.get("initContainers")
+    if inits and isinstance(inits, list):
+        for c in inits:
+            if isinstance(c, dict) and c.get("restartPolicy") == SIDECAR_POLICY:
+                return True
+    return False
 
 
 def status_counts(pod: JsonObject) -> bool:
@@ -58,14 +66,20 @@ def status_counts(pod: JsonObject) -> bool:
     if not isinstance(status, dict):
         return False
     for key in ("containerStatuses", "initContainerStatuses"):
-        for cs in _list(status, key):
-            if isinstance(cs, dict) and ("allocatedResources" in cs or "resources" in cs):
+        statuses = status.get(key)
+        if statuses and isinstance(statuses, list):
+            for cs in statuses:
+                if isinstance(cs, dict) and ("allocatedResources" in cs or "resources" in cs):
+                    return True
+    conditions = status.get("conditions")
+    if conditions and isinstance(conditions, list):
+        for c in conditions:
+            if isinstance(c, dict) and c.get("type") == RESIZE_PENDING:
                 return True
-    return any(isinstance(c, dict) and c.get("type") == RESIZE_PENDING
-               for c in _list(status, "conditions"))
+    return False
 
 
-def spec_requests(c: JsonObject, read: Reader) -> Amounts:
+def spec_requests(c: JsonObject, read: Reader) -> ByName:
     """A container's requests, each resource it only limits defaulting to its limit (as the API
     server defaults a pod it stores; a pod from a file may not have been)."""
     res = _mapping(c, "resources")
@@ -75,15 +89,15 @@ def spec_requests(c: JsonObject, read: Reader) -> Amounts:
     return read(limits or requests or {})
 
 
-def aggregate(spec: JsonObject, per_container: Callable[[JsonObject], Amounts | None]) -> Amounts:
+def aggregate(spec: JsonObject, per_container: Callable[[JsonObject], ByName | None]) -> ByName:
     """The containers' part of PodRequests, for one reading of each container (None: it counts
     for nothing)."""
-    total: Amounts = {}
+    total: ByName = {}
     for c in _list(spec, "containers"):
         if isinstance(c, dict):
             _add(total, per_container(c))
-    sidecars: Amounts = {}
-    peak: Amounts = {}
+    sidecars: ByName = {}
+    peak: ByName = {}
     for c in _list(spec, "initContainers"):
         if not isinstance(c, dict):
             continue
@@ -100,7 +114,7 @@ def aggregate(spec: JsonObject, per_container: Callable[[JsonObject], Amounts | 
     return total
 
 
-def pod_requests_today(pod: JsonObject, read: Reader, use_status: bool = False) -> Amounts:
+def pod_requests_today(pod: JsonObject, read: Reader, use_status: bool = False) -> ByName:
     """PodRequests: the containers' part (with the status when `use_status`), pod-level
     resources, the overhead."""
     spec = pod.get("spec")
@@ -121,7 +135,7 @@ def is_pod_level(name: str) -> bool:
     return name in POD_LEVEL or name.startswith(HUGEPAGES)
 
 
-def pod_level_requests(spec: JsonObject, read: Reader, containers: Amounts) -> Amounts:
+def pod_level_requests(spec: JsonObject, read: Reader, containers: ByName) -> ByName:
     """The pod-level requests that replace the containers' sum: those `spec.resources.requests`
     lists of cpu, memory and hugepages, and, as the API server defaults them, for each of
     those the pod only limits, its limit (cpu and memory: unless the containers request it,
@@ -148,7 +162,7 @@ def resize_infeasible(pod: JsonObject) -> bool:
     return False
 
 
-def _with_status(pod: JsonObject, spec: JsonObject, read: Reader, spec_total: Amounts) -> Amounts:
+def _with_status(pod: JsonObject, spec: JsonObject, read: Reader, spec_total: ByName) -> ByName:
     status = pod.get("status")
     statuses: dict[object, JsonObject] = {}
     for key in ("initContainerStatuses", "containerStatuses"):  # a container's own status wins
@@ -157,14 +171,14 @@ def _with_status(pod: JsonObject, spec: JsonObject, read: Reader, spec_total: Am
                 statuses[cs.get("name")] = cs
     infeasible = resize_infeasible(pod)
 
-    def allocated(c: JsonObject) -> Amounts | None:
+    def allocated(c: JsonObject) -> ByName | None:
         cs = statuses.get(c.get("name"))
         listed = _mapping(cs, "allocatedResources")
         if listed is not None:
             return read(listed)
         return None if infeasible else spec_requests(c, read)
 
-    def actuated(c: JsonObject) -> Amounts | None:
+    def actuated(c: JsonObject) -> ByName | None:
         cs = statuses.get(c.get("name"))
         listed = _mapping(_mapping(cs, "resources"), "requests")
         if listed is not None:
@@ -177,12 +191,12 @@ def _with_status(pod: JsonObject, spec: JsonObject, read: Reader, spec_total: Am
     return total
 
 
-def _add(total: Amounts, more: Amounts | None) -> None:
+def _add(total: ByName, more: ByName | None) -> None:
     for name, v in (more or {}).items():
         total[name] = total.get(name, 0) + v
 
 
-def _max(total: Amounts, other: Amounts) -> None:
+def _max(total: ByName, other: ByName) -> None:
     for name, v in other.items():
         if name not in total or v > total[name]:
             total[name] = v

@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import TypeAlias
 
 from ..base.json_types import JsonObject
-from .effective_requests import Amounts, counts_today, pod_requests_today, status_counts
+from .effective_requests import ByName, counts_today, pod_requests_today, status_counts
 from .one_copy import one_copy
 from .quantity import value
 
@@ -127,13 +127,13 @@ def pod_requests(pod: JsonObject, use_status: bool = False) -> Resources:
     return one_copy(Resources(cpu, memory, 1, tuple(sorted(other.items())) if other else ()))
 
 
-def _read_all(listed: JsonObject) -> Amounts:
+def _read_all(listed: JsonObject) -> ByName:
     """A ResourceList as effective_requests.py reads it: every name it lists, cpu in millicores."""
     return {n: cpu_milli(raw) if n == "cpu" else whole_units(raw) for n, raw in listed.items()
             if isinstance(n, str)}
 
 
-def _resources_of(amounts: Amounts) -> Resources:
+def _resources_of(amounts: ByName) -> Resources:
     cpu, memory = amounts.pop("cpu", 0), amounts.pop("memory", 0)
     other = tuple(sorted((n, v) for n, v in amounts.items() if v and n not in _OWN_FIELDS))
     return one_copy(Resources(cpu, memory, 1, other))
@@ -189,7 +189,7 @@ def device_requests(pod: JsonObject, names: tuple[str, str, str]) -> Devices:
     (only cpu and memory resize): the spec is what the kubelet admits."""
     spec = pod.get("spec") or {}
     if counts_today(spec):
-        def read(listed: JsonObject) -> Amounts:
+        def read(listed: JsonObject) -> ByName:
             return {n: whole_units(listed[n]) for n in names if n in listed}
         amounts = pod_requests_today(pod, read)
         return one_copy(Devices(*(amounts.get(n, 0) for n in names)))
