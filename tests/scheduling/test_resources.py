@@ -259,6 +259,30 @@ RESIZE = [
 ]
 
 
+def _bound_pod_level(spec_cpu: str, allocated: str | None, actual: str | None,
+                     condition: str | None = None, overhead: str | None = None) -> dict:
+    """A pod of pod-level cpu `spec_cpu`, its pod-level status (1.36) as the kubelet writes it."""
+    status: dict = {"phase": "Running", "containerStatuses": [container_status("c")]}
+    if allocated:
+        status["allocatedResources"] = {"cpu": allocated}
+    if actual:
+        status["resources"] = {"requests": {"cpu": actual}}
+    if condition:
+        status["conditions"] = [resize_pending(condition)]
+    return _p(R("c"), resources={"requests": {"cpu": spec_cpu}}, node="n1", status=status,
+              overhead={"cpu": overhead} if overhead else None)
+
+
+RESIZE += [
+    ("pod-level: an increase pending counts the spec", _bound_pod_level("2", "1", "1"), 2000),
+    ("pod-level: an increase infeasible counts what runs",
+     _bound_pod_level("2", "1", "1", "Infeasible"), 1000),
+    ("pod-level: a decrease not yet actuated counts what runs", _bound_pod_level("1", "1", "2"), 2000),
+    ("pod-level: the overhead in the status is counted once",
+     _bound_pod_level("1", "2500m", "2500m", overhead="500m"), 2500),
+]
+
+
 @pytest.mark.parametrize("pod, cpu", [c[1:] for c in RESIZE], ids=[c[0] for c in RESIZE])
 def test_a_bound_pod_counts_for_the_largest_of_spec_allocated_and_actuated(pod, cpu):
     assert pod_requests(pod, use_status=True).cpu_milli == cpu

@@ -8,8 +8,10 @@ component-helpers' resource/helpers.go): for cpu, memory and every other resourc
 
 For a bound pod (`use_status`, in-place resize, GA 1.35) the containers count for the largest
 of their spec, what the kubelet allocated (`allocatedResources`) and what it actuated
-(`resources.requests`), resource by resource; while the resize is Infeasible (the pod's
-`PodResizePending` condition) the spec is left out. A pod waiting to be placed counts its spec.
+(`resources.requests`), resource by resource, from the pod's own status when it has both (1.36)
+or else each container's; pod-level requests likewise; while the resize is Infeasible (the
+pod's `PodResizePending` condition) the spec is left out. A pod waiting to be placed counts its
+spec.
 
 Plain dicts of whole numbers in (a `Reader` turns a ResourceList into them: cpu in millicores,
 the rest in units) and out; resources.py makes its `Resources` of them. A field of the wrong
@@ -65,6 +67,8 @@ def status_counts(pod: JsonObject) -> bool:
     status = pod.get("status")
     if not isinstance(status, dict):
         return False
+    if "allocatedResources" in status or "resources" in status:  # pod-level ones (1.36)
+        return True
     for key in ("containerStatuses", "initContainerStatuses"):
         statuses = status.get(key)
         if statuses and isinstance(statuses, list):
@@ -123,6 +127,8 @@ def pod_requests_today(pod: JsonObject, read: Reader, use_status: bool = False) 
     if use_status and status_counts(pod):
         total = _with_status(pod, spec, read, total)
     pod_level = pod_level_requests(spec, read, total)
+    if pod_level and use_status:
+        pod_level = _pod_level_with_status(pod, spec, read, pod_level)
     if pod_level:
         total.update(pod_level)
     overhead = _mapping(spec, "overhead")
@@ -170,6 +176,15 @@ def _with_status(pod: JsonObject, spec: JsonObject, read: Reader, spec_total: By
             if isinstance(cs, dict):
                 statuses[cs.get("name")] = cs
     infeasible = resize_infeasible(pod)
+    total = {} if infeasible else dict(spec_total)
+    # the pod-level status (InPlacePodLevelResourcesVerticalScaling, on from 1.36), when the
+    # kubelet writes both: the containers' allocated and actuated sums already
+    pod_allocated = _mapping(status, "allocatedResources")
+    pod_actuated = _mapping(_mapping(status, "resources"), "requests")
+    if pod_allocated is not None and pod_actuated is not None:
+        _max(total, read(pod_allocated))
+        _max(total, read(pod_actuated))
+        return total
 
     def allocated(c: JsonObject) -> ByName | None:
         cs = statuses.get(c.get("name"))
@@ -185,10 +200,31 @@ def _with_status(pod: JsonObject, spec: JsonObject, read: Reader, spec_total: By
             return read(listed)
         return allocated(c)
 
-    total = {} if infeasible else dict(spec_total)
     _max(total, aggregate(spec, allocated))
     _max(total, aggregate(spec, actuated))
     return total
+
+
+def _pod_level_with_status(pod: JsonObject, spec: JsonObject, read: Reader,
+                           pod_level: ByName) -> ByName:
+    """Pod-level requests of a bound pod resized in place at the pod level (1.36): the largest
+    of the spec's (left out while the resize is Infeasible) and the pod's actuated and
+    allocated resources, the overhead taken out of those (it is added back once, last)."""
+    status = pod.get("status")
+    actuated = _mapping(_mapping(status, "resources"), "requests")
+    allocated = _mapping(status, "allocatedResources")
+    if actuated is None and allocated is None:
+        return pod_level
+    overhead = read(_mapping(spec, "overhead") or {})
+    effective = {} if resize_infeasible(pod) else dict(pod_level)
+    for listed in (actuated, allocated):
+        if listed is not None:
+            amounts = read(listed)
+            for name, v in overhead.items():
+                if name in amounts:
+                    amounts[name] = max(amounts[name] - v, 0)
+            _max(effective, amounts)
+    return {n: v for n, v in effective.items() if is_pod_level(n)}
 
 
 def _add(total: ByName, more: ByName | None) -> None:
