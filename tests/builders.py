@@ -222,3 +222,62 @@ def spread_constraint(max_skew: int, key: str, selector: dict | None, *,
         if value is not None:
             c[name] = value
     return c
+
+
+def requesting(name: str, cpu: str | None = None, memory: str | None = None, *,
+               other: dict | None = None, limits: dict | None = None, sidecar: bool = False,
+               ports: list | None = None) -> dict:
+    """A container requesting `cpu`, `memory` and `other` resources, limiting `limits`;
+    `sidecar`: an init container's `restartPolicy: Always`, as upstream's helpers_test.go writes
+    its sidecars."""
+    req = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    req.update(other or {})
+    res: dict = {}
+    if req:
+        res["requests"] = req
+    if limits:
+        res["limits"] = dict(limits)
+    c: dict = {"name": name, "image": "busybox", "resources": res}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    if ports:
+        c["ports"] = list(ports)
+    return c
+
+
+def pod_requesting(*containers: dict, init: tuple = (), resources: dict | None = None,
+                   overhead: dict | None = None, status: dict | None = None,
+                   name: str = "p", node: str | None = None) -> dict:
+    """A whole Pod (apiVersion and kind: tests.harness.schema.valid_at checks it) of these
+    containers, pod-level `resources`, `overhead` and `status`."""
+    spec: dict = {"containers": list(containers)}
+    if init:
+        spec["initContainers"] = list(init)
+    if resources is not None:
+        spec["resources"] = resources
+    if overhead is not None:
+        spec["overhead"] = overhead
+    if node:
+        spec["nodeName"] = node
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"}, "spec": spec}
+    if status is not None:
+        pod["status"] = status
+    return pod
+
+
+def container_status(name: str, allocated: dict | None = None, actual: dict | None = None) -> dict:
+    """A running container's status with what the kubelet allocated (`allocatedResources`) and
+    actuated (`resources.requests`), each left out when None (in-place resize, 1.35)."""
+    cs: dict = {"name": name, "ready": True, "restartCount": 0, "image": "busybox", "imageID": "",
+                "state": {"running": {}}}
+    if allocated is not None:
+        cs["allocatedResources"] = dict(allocated)
+    if actual is not None:
+        cs["resources"] = {"requests": dict(actual)}
+    return cs
+
+
+def resize_pending(reason: str) -> dict:
+    """The PodResizePending condition the kubelet writes: reason Deferred or Infeasible."""
+    return {"type": "PodResizePending", "status": "True", "reason": reason}

@@ -6,7 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from tests.builders import mt_node, plain, sched_pod, slice_, whole
+from tests.builders import (
+    container_status,
+    mt_node,
+    plain,
+    resize_pending,
+    sched_pod,
+    slice_,
+    whole,
+)
 from webhook.model import annotations as keys
 from webhook.model.config import MthreadsConfig
 from webhook.model.hami import Device
@@ -322,3 +330,52 @@ def test_the_watch_of_a_written_reservation_keeps_its_share_only_when_the_pod_sh
     assert (now is share) == kept and not c.assumed()
     assert used(c) == (8192, cores) and now.node == b["spec"]["nodeName"]
     assert dict(now.pod.labels) == labels and now.pod.terminating == terminating
+
+
+# -- in-place resize (1.35): a bound pod's requests and status change; the node counts it anew
+
+def _resized(p: dict, spec_cpu: str, allocated: str | None, condition: str | None = None) -> dict:
+    r = copy.deepcopy(p)
+    r["spec"]["containers"][0]["resources"]["requests"]["cpu"] = spec_cpu
+    r["status"] = {"phase": "Running", "containerStatuses": [container_status(
+        r["spec"]["containers"][0]["name"], allocated and {"cpu": allocated},
+        allocated and {"cpu": allocated})]}
+    if condition:
+        r["status"]["conditions"] = [resize_pending(condition)]
+    return r
+
+
+# (spec cpu, allocated and actuated, PodResizePending's reason) -> millicores counted on the node
+RESIZES = [
+    ("an increase pending counts the spec", ("2", "1", None), 2000),
+    ("an increase infeasible counts what runs", ("2", "1", "Infeasible"), 1000),
+    ("an increase done counts it", ("2", "2", None), 2000),
+    ("a decrease not yet done counts what runs", ("500m", "1", None), 1000),
+    ("a decrease done frees the rest", ("500m", "500m", None), 500),
+]
+
+
+def test_a_bound_pod_resized_in_place_is_counted_anew_at_each_event_never_twice():
+    """One pod through every step of RESIZES, one MODIFIED event each."""
+    c = cache()
+    p = bound(sched_pod(plain(cpu="1"), uid="u-resize"))
+    other = bound(sched_pod(plain(cpu="250m"), uid="u-other"), card="n0-mthreads-1")
+    c.apply("pod", "ADDED", p)
+    c.apply("pod", "ADDED", other)
+    assert c.read(lambda s: s.requested_on("n0")).cpu_milli == 1250
+    for name, (spec_cpu, allocated, condition), cpu in RESIZES:
+        c.apply("pod", "MODIFIED", _resized(p, spec_cpu, allocated, condition))
+        requested = c.read(lambda s: s.requested_on("n0"))
+        assert (name, requested.cpu_milli, requested.pods) == (name, cpu + 250, 2)
+        assert used(c) == (8192, 4)  # its card share stays as it was
+    c.apply("pod", "DELETED", p)
+    assert c.read(lambda s: s.requested_on("n0")).cpu_milli == 250  # nothing left behind
+
+
+def test_our_pod_seen_bound_with_a_resized_status_is_counted_from_its_status():
+    c = cache()
+    p = sched_pod(plain(cpu="1"), uid="u-ours")
+    assumed(c, p)
+    c.finish_binding(ours(p))
+    c.apply("pod", "MODIFIED", _resized(bound(p), "1", "3"))
+    assert c.read(lambda s: s.requested_on("n0")).cpu_milli == 3000

@@ -41,6 +41,7 @@ from webhook.scheduling.node_selector import selection_of
 from webhook.scheduling.pod_status import LIVE_PODS
 from webhook.scheduling.reasons import SPREAD
 from webhook.scheduling.reasons import VOLUME_NODE_CONFLICT as NODE_CONFLICT
+from webhook.scheduling.resources import node_allocatable, pod_requests
 from webhook.scheduling.topology_spread import constraints_of
 
 SCHEDULER = "filters-under-test"
@@ -410,6 +411,39 @@ def spread_passes(pod: dict, state: State, name: str, since_1_24: bool) -> bool:
     return True
 
 
+def newer_fit_rule(d: Difference) -> bool:
+    """The rule of today the core applies where kube-scheduler 1.20 did not: from 1.28
+    NodeResourcesFit compares with allocatable only the resources the pod requests (and the
+    pod count); 1.20 compared cpu, memory and ephemeral storage whenever the pod requested
+    anything, so a node where bound pods hold more of one than allocatable refused every pod
+    that requests something else. A difference is that rule's when kube-scheduler refused the
+    node, the core let it through, and 1.20's comparison refuses it for a resource the pod does
+    not request."""
+    o = d.outcome
+    if d.kube or d.core is not None or o.state is None or d.node == "*":
+        return False
+    return refused_by_1_20_fit_alone(o.pod, o.state, d.node)
+
+
+def refused_by_1_20_fit_alone(pod: dict, state: State, name: str) -> bool:
+    """Whether 1.20's NodeResourcesFit refuses the node for a resource the pod does not request:
+    the pod requests something, and of cpu, memory or ephemeral storage, one it does not
+    request is over allocatable on the node."""
+    cache = SchedulerCache(MthreadsConfig())
+    cache.apply("node", "RESET", state.nodes)
+    cache.apply("pod", "RESET", state.pods)
+    wants = pod_requests(pod)
+    if not (wants.cpu_milli or wants.memory_bytes or wants.other):
+        return False
+    requested = cache.read(lambda s: s.requested_on(name))
+    allocatable = node_allocatable(_node_of(state, name))
+    storage = "ephemeral-storage"
+    return any(not want and have < used for want, have, used in (
+        (wants.cpu_milli, allocatable.cpu_milli, requested.cpu_milli),
+        (wants.memory_bytes, allocatable.memory_bytes, requested.memory_bytes),
+        (wants.amount(storage), allocatable.amount(storage), requested.amount(storage))))
+
+
 def differences(o: Outcome) -> list[Difference]:
     """Each node one answer lets through and the other does not (every node the core knows
     and every node kube-scheduler let through)."""
@@ -576,8 +610,10 @@ def test_the_core_lets_through_the_nodes_kube_scheduler_lets_through(stack):
 
     every = [d for o in outcomes for d in differences(o)]
     newer = [d for d in every if newer_spread_rule(d)]
-    found = [d for d in every if not stricter_by_design(d) and not newer_spread_rule(d)]
-    stricter = len(every) - len(found) - len(newer)
+    newer_fit = [d for d in every if newer_fit_rule(d) and not newer_spread_rule(d)]
+    found = [d for d in every
+             if not stricter_by_design(d) and not newer_spread_rule(d) and not newer_fit_rule(d)]
+    stricter = len(every) - len(found) - len(newer) - len(newer_fit)
     wrong = {id(d.outcome) for d in found}
     by_feature = Counter(f for o in outcomes for f in features(o.asked))
     wrong_by_feature = Counter(f for o in outcomes if id(o) in wrong for f in features(o.asked))
@@ -594,9 +630,13 @@ def test_the_core_lets_through_the_nodes_kube_scheduler_lets_through(stack):
           f"{len(found)} node answers differ, on {len(wrong)} pods; {stricter} refused by the core "
           "on purpose (volumes pinned by matchFields: stricter_by_design); "
           f"{len(newer)} by the spread counting of 1.24 (newer_spread_rule), on "
-          f"{len({id(d.outcome) for d in newer})} pods")
+          f"{len({id(d.outcome) for d in newer})} pods; "
+          f"{len(newer_fit)} by NodeResourcesFit of 1.28 (newer_fit_rule), on "
+          f"{len({id(d.outcome) for d in newer_fit})} pods")
     for d in newer:  # shown, not hidden: each answer the counting of 1.24 changes
         print("by the spread counting of 1.24:" + d.line())
+    for d in newer_fit:  # shown, not hidden: each answer the fit of 1.28 changes
+        print("by NodeResourcesFit of 1.28:" + d.line())
     print("pods per feature (with a difference): " + ", ".join(
         f"{f} {by_feature[f]} ({wrong_by_feature[f]})" for f in FEATURES))
     print("kube-scheduler's reasons when no node passed (pods): " + "; ".join(
@@ -748,3 +788,25 @@ def test_only_a_count_that_1_20_made_on_a_node_the_pod_refuses_is_the_newer_spre
                                    "n3": None}
     (d,) = differences(o)
     assert d.node == "n1" and not newer_spread_rule(d)
+
+
+def test_only_a_node_over_allocatable_in_what_the_pod_does_not_request_is_the_newer_fit_rule():
+    """n1 (2 cpus, 1Gi) holds a pod of 512Mi beyond its 1Gi: kube-scheduler 1.20 refused there
+    a pod asking 1 cpu and no memory; today's fit (and the core) let it in."""
+    o = _outcome(set(), {"n1": None}, "0/1 nodes are available: 1 Insufficient memory.")
+    o.pod["spec"] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    o.state.nodes = [{"metadata": {"name": "n1"}, "spec": {},
+                      "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"}}}]
+    o.state.pods = [{"metadata": {"name": "big", "namespace": "x", "uid": "u-big"},
+                     "spec": {"nodeName": "n1", "containers": [
+                         {"name": "c", "resources": {"requests": {"memory": "1536Mi"}}}]}}]
+    (d,) = differences(o)
+    assert (d.node, d.kube, d.core) == ("n1", False, None) and newer_fit_rule(d)
+    o.pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1Mi"
+    assert not newer_fit_rule(differences(o)[0])  # it asks memory: 1.20 and today both refuse
+    o.pod["spec"]["containers"][0]["resources"] = {}
+    assert not newer_fit_rule(differences(o)[0])  # it asks nothing: 1.20 let it in too
+    o.pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    o.state.pods[0]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "512Mi"
+    assert not newer_fit_rule(differences(o)[0])  # nothing over allocatable: not this rule
+    assert not newer_fit_rule(differences(_outcome({"n1"}, {"n1": "Insufficient cpu"}))[0])

@@ -45,6 +45,7 @@ from ..model.config import MthreadsConfig
 from .bound import BoundPod, BoundPods, bound_pod
 from .cycle_state import forget as forget_pod
 from .decide import Placement
+from .effective_requests import status_counts
 from .object_errors import ObjectError, object_error
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
@@ -246,6 +247,8 @@ class SchedulerCache:
         if not is_bound(pod):
             return  # a pending pod is the front-end's; an assumed one stays assumed
         ours = self._assumed.get(uid)
+        if ours is not None and status_counts(pod):
+            ours = None  # resized (in-place resize): what it counts for is read from it again
         share = _as_written(ours, pod)
         if share is None:
             # The pod we chose for: its requests as read then (a pod's resources do not change

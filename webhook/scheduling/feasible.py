@@ -3,7 +3,8 @@ order, each node's reason the first that fails.
 
     the node's own rules   NodeUnschedulable, TaintToleration, NodeAffinity (+ Ready: ours)
     NodePorts              host ports in use
-    NodeResourcesFit       pods, cpu, memory, ephemeral storage, every other resource requested
+    NodeResourcesFit       pods; cpu, memory, ephemeral storage, every other resource the pod
+                           requests (sidecars, pod-level resources: effective_requests.py)
     VolumeRestrictions     inline disks only one node may mount read-write
     VolumeBinding          claims: bound volumes' node affinity (volumes.py)
     VolumeZone             claims: bound volumes' zone and region labels
@@ -23,6 +24,7 @@ from typing import Mapping
 
 from ..base.json_types import JsonObject
 from . import reasons
+from .effective_requests import requests_problem
 from .node_fit import NodeRules, node_rules_of, resources_reason, untolerated_taint
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
@@ -87,6 +89,9 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
         return NodeChecks(rules, wants, facts, refusal=reasons.TOO_MANY_NODE_RULES)
     if not binder and (refusal := claims_refusal(pod.get("spec") or {})):
         return NodeChecks(rules, wants, facts, refusal=refusal)
+    problem = requests_problem(pod)  # a field its requests are read from of the wrong shape
+    if problem is not None:
+        return NodeChecks(rules, wants, facts, refusal=problem)
     volumes = pod_volumes(pod, state.storage, binder)
     if isinstance(volumes, str):
         return NodeChecks(rules, wants, facts, refusal=volumes)

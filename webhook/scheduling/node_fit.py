@@ -58,22 +58,23 @@ def matches_selector_and_affinity(pod_spec: JsonObject, node: JsonObject) -> boo
 
 def resources_reason(wants: Resources, allocatable: Resources, requested: Resources,
                      counted_elsewhere: tuple[str, ...]) -> str | None:
-    """kube-scheduler 1.20's NodeResourcesFit: the pod count, then (when the pod requests
-    anything) cpu, memory, ephemeral storage and every other resource it requests, each against
-    what allocatable leaves. `counted_elsewhere`: resources other checks count (the Mthreads
-    resources: the cards and allocatable.py)."""
+    """kube-scheduler's NodeResourcesFit of today (1.28 on; upstream's fitsRequest): the pod
+    count, then each of cpu, memory, ephemeral storage and every other resource the pod
+    requests (more than 0 of), against what allocatable leaves. A resource the pod does not
+    request is not compared (1.20 compared cpu, memory and ephemeral storage whenever the pod
+    requested anything, so one bound pod over allocatable closed the node to every pod).
+    `counted_elsewhere`: resources other checks count (the Mthreads resources: the cards and
+    allocatable.py)."""
     if wants.pods + requested.pods > allocatable.pods:
         return reasons.TOO_MANY_PODS
-    if not (wants.cpu_milli or wants.memory_bytes or wants.other):
-        return None
-    if allocatable.cpu_milli < wants.cpu_milli + requested.cpu_milli:
+    if wants.cpu_milli and allocatable.cpu_milli < wants.cpu_milli + requested.cpu_milli:
         return reasons.INSUFFICIENT_CPU
-    if allocatable.memory_bytes < wants.memory_bytes + requested.memory_bytes:
+    if wants.memory_bytes and allocatable.memory_bytes < wants.memory_bytes + requested.memory_bytes:
         return reasons.INSUFFICIENT_MEMORY
-    if allocatable.amount(EPHEMERAL_STORAGE) < \
-            wants.amount(EPHEMERAL_STORAGE) + requested.amount(EPHEMERAL_STORAGE):
+    storage = wants.amount(EPHEMERAL_STORAGE)
+    if storage and allocatable.amount(EPHEMERAL_STORAGE) < storage + requested.amount(EPHEMERAL_STORAGE):
         return reasons.INSUFFICIENT_EPHEMERAL_STORAGE
-    for name, amount in wants.other:
+    for name, amount in wants.other:  # only the resources the pod requests: none is 0 here
         if name != EPHEMERAL_STORAGE and name not in counted_elsewhere and \
                 allocatable.amount(name) < amount + requested.amount(name):
             return reasons.insufficient(name)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from ..base.json_types import JsonObject
+from .effective_requests import is_sidecar
 from .label_selector import Selector, selector_of
 from .one_copy import Kept, hold, one_copy, one_name, release
 
@@ -121,9 +122,15 @@ def affinity_terms(pod: JsonObject, kind: str) -> tuple[AffinityTerm, ...]:
 
 
 def host_ports(pod: JsonObject) -> tuple[HostPort, ...]:
-    """The host ports of the pod's app containers (kube-scheduler's NodePorts reads no other)."""
+    """The host ports of the pod's app containers and of its sidecars (init containers with
+    `restartPolicy: Always`: kube-scheduler's NodePorts reads them from 1.34, and 1.33's
+    patches); a regular init container's ports it never reads."""
+    spec = pod.get("spec") or {}
+    inits = spec.get("initContainers") or ()
+    items = [*(c for c in inits if is_sidecar(c)), *(spec.get("containers") or ())] \
+        if inits else spec.get("containers") or ()
     out = []
-    for c in (pod.get("spec") or {}).get("containers") or ():
+    for c in items:
         for p in c.get("ports") or ():
             port = p.get("hostPort") or 0
             if isinstance(port, int) and port > 0:

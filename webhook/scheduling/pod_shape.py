@@ -2,11 +2,11 @@
 workload are read once (request.py keeps the answer per shape).
 
 The shape is the annotations that choose cards (model, use, nouse), each container's name,
-limits and requests (init containers apart), and the overhead. Only a pod whose every value
-there is a string has one: the API server writes quantities, names and annotations as strings,
-and a key of mixed types could make equal keys of different answers (`1 == 1.0 == True` in
-Python, where a quantity of 1 is valid and `true` is not). A pod without a shape is read each
-time.
+restart policy, limits and requests (init containers apart), the pod-level resources and the
+overhead. Only a pod whose every value there is a string has one: the API server writes
+quantities, names and annotations as strings, and a key of mixed types could make equal keys of
+different answers (`1 == 1.0 == True` in Python, where a quantity of 1 is valid and `true` is
+not). A pod without a shape is read each time.
 """
 
 from __future__ import annotations
@@ -51,10 +51,26 @@ def shape_of(pod: JsonObject) -> Shape | None:
             limits, requests = res.get("limits") or {}, res.get("requests") or {}
             if type(limits) is not dict or type(requests) is not dict:
                 return None
-            name = c.get("name", _ABSENT)
+            name, policy = c.get("name", _ABSENT), c.get("restartPolicy", _ABSENT)
             shown = (tuple(chain.from_iterable(limits.items())),
                      tuple(chain.from_iterable(requests.items())))
-            texts += shown[0] + shown[1] + (() if name is _ABSENT else (name,))
-            group.append((name, *shown))
+            texts += shown[0] + shown[1] + tuple(v for v in (name, policy) if v is not _ABSENT)
+            group.append((name, policy, *shown))  # a sidecar (policy Always) counts otherwise
         parts.append(tuple(group))
+    pod_level = _pod_level(spec)  # pod-level resources replace the containers' sum
+    if pod_level is None:
+        return None
+    texts += pod_level[0] + pod_level[1]
+    parts.append(pod_level)
     return tuple(parts) if all_text(texts) else None
+
+
+def _pod_level(spec: JsonObject) -> tuple[tuple[object, ...], tuple[object, ...]] | None:
+    """(limits, requests) of `spec.resources`, flattened; None when not of their kind."""
+    res = spec.get("resources") or {}
+    if type(res) is not dict:
+        return None
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    if type(limits) is not dict or type(requests) is not dict:
+        return None
+    return tuple(chain.from_iterable(limits.items())), tuple(chain.from_iterable(requests.items()))

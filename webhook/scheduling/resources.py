@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import TypeAlias
 
 from ..base.json_types import JsonObject
+from .effective_requests import ByName, counts_today, pod_requests_today, status_counts
 from .one_copy import one_copy
 from .quantity import value
 
@@ -83,9 +84,10 @@ memory_bytes = whole_units
 def _container_requests(c: JsonObject) -> tuple[int, int, Amounts]:
     """(cpu millicores, memory bytes, the other resources) a container requests."""
     res = c.get("resources") if isinstance(c, dict) else None
-    req = (res or {}).get("requests") or {}
+    res = res if isinstance(res, dict) else {}  # of the wrong shape: feasible.py's reason
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    req, lim = req if isinstance(req, dict) else {}, lim if isinstance(lim, dict) else {}
     # kube-apiserver copies limits into missing requests; do the same for pods read before defaulting
-    lim = (res or {}).get("limits") or {}
     return (cpu_milli(req.get("cpu", lim.get("cpu"))), memory_bytes(req.get("memory", lim.get("memory"))),
             _amounts({**lim, **req}) if len(req) + len(lim) > 0 else ())
 
@@ -95,11 +97,16 @@ def _amounts(listed: JsonObject) -> Amounts:
                         if n not in _OWN_FIELDS and (v := whole_units(raw))))
 
 
-def pod_requests(pod: JsonObject) -> Resources:
-    """max(sum of app containers, max of init containers) + overhead, and one pod slot, as
-    kube-scheduler's NodeResourcesFit counts them. Summed in plain numbers: a Resources per
-    step cost a third of the call, which every decision makes."""
+def pod_requests(pod: JsonObject, use_status: bool = False) -> Resources:
+    """What the pod counts for on a node, and one pod slot, as kube-scheduler's NodeResourcesFit
+    counts them: a pod with sidecars or pod-level resources, or (`use_status`: a bound pod) a
+    status the kubelet resized, as upstream's PodRequests (effective_requests.py); any other
+    as 1.20 did, max(sum of app containers, max of init containers) + overhead, the same
+    answer for it, summed in plain numbers: a Resources per step cost a third of the call,
+    which every decision makes."""
     spec = pod.get("spec") or {}
+    if counts_today(spec) or (use_status and status_counts(pod)):
+        return _resources_of(pod_requests_today(pod, _read_all, use_status))
     cpu, memory = 0, 0
     other: dict[str, int] = {}
     for c in spec.get("containers") or ():
@@ -118,6 +125,18 @@ def pod_requests(pod: JsonObject) -> Resources:
             other[name] = other.get(name, 0) + v
         cpu, memory = cpu + cpu_milli(overhead.get("cpu")), memory + memory_bytes(overhead.get("memory"))
     return one_copy(Resources(cpu, memory, 1, tuple(sorted(other.items())) if other else ()))
+
+
+def _read_all(listed: JsonObject) -> ByName:
+    """A ResourceList as effective_requests.py reads it: every name it lists, cpu in millicores."""
+    return {n: cpu_milli(raw) if n == "cpu" else whole_units(raw) for n, raw in listed.items()
+            if isinstance(n, str)}
+
+
+def _resources_of(amounts: ByName) -> Resources:
+    cpu, memory = amounts.pop("cpu", 0), amounts.pop("memory", 0)
+    other = tuple(sorted((n, v) for n, v in amounts.items() if v and n not in _OWN_FIELDS))
+    return one_copy(Resources(cpu, memory, 1, other))
 
 
 def node_allocatable(node: JsonObject) -> Resources:
@@ -154,15 +173,26 @@ NO_DEVICES = Devices()
 
 def _container_devices(c: JsonObject, names: tuple[str, str, str]) -> tuple[int, ...]:
     res = c.get("resources") if isinstance(c, dict) else None
-    req = (res or {}).get("requests") or {}
-    lim = (res or {}).get("limits") or {}  # an extended resource's request defaults to its limit
+    res = res if isinstance(res, dict) else {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    # an extended resource's request defaults to its limit
+    req, lim = req if isinstance(req, dict) else {}, lim if isinstance(lim, dict) else {}
     return tuple(whole_units(req.get(n, lim.get(n))) for n in names)
 
 
 def device_requests(pod: JsonObject, names: tuple[str, str, str]) -> Devices:
-    """The pod's requests of the three resources as the kubelet admits a pod: max(sum of app
-    containers, max of init containers) + overhead, each resource on its own."""
+    """The pod's requests of the three resources as the kubelet admits a pod, by upstream's
+    PodRequests: sidecars added to the app containers, each regular init container with the
+    sidecars before it (effective_requests.py); without sidecars, max(sum of app containers,
+    max of init containers) + overhead, each resource on its own. Pod-level resources never
+    carry these (extended resources are not pod-level ones), and a resize never changes them
+    (only cpu and memory resize): the spec is what the kubelet admits."""
     spec = pod.get("spec") or {}
+    if counts_today(spec):
+        def read(listed: JsonObject) -> ByName:
+            return {n: whole_units(listed[n]) for n in names if n in listed}
+        amounts = pod_requests_today(pod, read)
+        return one_copy(Devices(*(amounts.get(n, 0) for n in names)))
     app = [0, 0, 0]
     for c in spec.get("containers") or ():
         for i, v in enumerate(_container_devices(c, names)):

@@ -76,7 +76,8 @@ def share_of(pod: JsonObject, names: tuple[str, str, str] = _DEFAULT_NAMES,
     pod's (cpu/memory, Mthreads resources) when already read from this pod's spec."""
     meta = _meta(pod)
     uid, node = meta.get("uid", ""), one_name((pod.get("spec") or {}).get("nodeName", ""))
-    resources, requested = requests or (pod_requests(pod), device_requests(pod, names))
+    # a bound pod counts for what its status says the kubelet allocated too (in-place resize)
+    resources, requested = requests or (pod_requests(pod, use_status=True), device_requests(pod, names))
     facts = facts_of(pod)
     ann = meta.get("annotations") or {}
     text = ann.get(keys.ALLOCATED)
