@@ -206,3 +206,12 @@ def raising(obj: dict, part: str = "resources") -> dict:
     else:
         out[part] = Raising()
     return out
+
+
+def nominated(p: dict, node: str, priority: int | None = None) -> dict:
+    """`p` as a preemption leaves it: not bound, `status.nominatedNodeName` naming `node`
+    (1.20 serves the field); `priority`: its spec.priority."""
+    if priority is not None:
+        p["spec"]["priority"] = priority
+    p["status"] = {**p.get("status", {}), "nominatedNodeName": node}
+    return p

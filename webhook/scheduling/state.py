@@ -18,6 +18,7 @@ from ..model.cards import CORES_PER_CARD
 from ..model.config import MthreadsConfig
 from ..model.pods import resource_names
 from .inventory import NodeCards, node_cards
+from .nominated import NominatedPod, NominatedPods
 from .one_copy import hold, release
 from .pod_facts import hold_facts, release_facts
 from .pod_index import PodIndex
@@ -88,6 +89,7 @@ class ClusterState:
         self.node_usage: dict[str, NodeUsage] = {}
         self.pods = PodIndex()  # what the pods on each node show the rules of other pods
         self.storage = Storage()  # claims, volumes and classes (the allocator's watches)
+        self.nominated = NominatedPods()  # pods nominated for a node, not bound yet
         # Bumped whenever room may have appeared (a share freed, a node added or changed):
         # pods that did not fit are retried only then.
         self.generation = 0
@@ -212,6 +214,12 @@ class ClusterState:
         """A claim, volume or class changed: a pod waiting for it may fit now."""
         self.storage.apply(kind, event, obj)
         self.generation += 1
+
+    def nominate(self, uid: str, pod: NominatedPod | None) -> None:
+        """A pod's nomination (None: none now, bound or gone): a cleared or moved one may
+        leave room for the pods that yielded to it."""
+        if self.nominated.put(uid, pod):
+            self.generation += 1
 
     # shares
     def add(self, share: PodShare) -> None:
