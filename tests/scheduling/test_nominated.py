@@ -7,8 +7,7 @@ reason is the failing filter's own). Tables of small clusters, then the index un
 
 import pytest
 
-from tests.builders import mt_node, nominated, plain, slice_, whole
-from tests.builders import sched_pod
+from tests.builders import mt_node, nominated, plain, sched_pod, slice_, whole
 from tests.scheduling.rules_support import (
     HOST,
     affinity,

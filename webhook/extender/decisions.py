@@ -16,8 +16,8 @@ from ..scheduling.allocatable import fit_node, for_node
 from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.feasible import node_checks
 from ..scheduling.inventory import Card
-from ..scheduling.nominated_fit import ahead_for
 from ..scheduling.node_fit import NodeRules, node_rules_of
+from ..scheduling.nominated_fit import ahead_for
 from ..scheduling.request import PodAsk
 from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.state import ClusterState

@@ -18,7 +18,7 @@ from ..model.config import Config
 from ..model.pods import Kind
 from . import reasons
 from .cache import Holder
-from .card_fit import CardNeed, card_reasons
+from .card_fit import CardNeed, Usage, card_reasons
 from .decide import Placement, node_verdict, place
 from .feasible import NodeChecks, node_checks
 from .inventory import Card, NodeCards
@@ -92,7 +92,8 @@ def _node_why(checks: NodeChecks, ask: PodAsk, info: NodeInfo, state: ClusterSta
         return NodeWhy(info.name, None, chosen=chosen)
     if need is None or checks.reason(info, state) is not None:
         return NodeWhy(info.name, reason)  # the node's own rules: their words say it
-    usage, held = state.card, state.node_held_whole(info.name)
+    usage: Usage = state.card
+    held = state.node_held_whole(info.name)
     ahead = state.nominated.ahead_of(info.name, checks.priority, checks.uid) \
         if state.nominated.on_node else ()
     if ahead:  # the cards as the pods nominated there that it yields to leave them

@@ -23,8 +23,8 @@ from typing import Mapping
 
 from ..base.json_types import JsonObject
 from . import reasons
-from .nominated import affinity_with, disks_taken, ports_of, requested_with
 from .node_fit import NodeRules, node_rules_of, resources_reason
+from .nominated import affinity_with, disks_taken, ports_of, requested_with
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
 from .priority import pod_priority
