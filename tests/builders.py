@@ -281,3 +281,12 @@ def container_status(name: str, allocated: dict | None = None, actual: dict | No
 def resize_pending(reason: str) -> dict:
     """The PodResizePending condition the kubelet writes: reason Deferred or Infeasible."""
     return {"type": "PodResizePending", "status": "True", "reason": reason}
+
+
+def nominated(p: dict, node: str, priority: int | None = None) -> dict:
+    """`p` as a preemption leaves it: not bound, `status.nominatedNodeName` naming `node`
+    (1.20 serves the field); `priority`: its spec.priority."""
+    if priority is not None:
+        p["spec"]["priority"] = priority
+    p["status"] = {**p.get("status", {}), "nominatedNodeName": node}
+    return p

@@ -100,7 +100,7 @@ class Cache:
                 self._waiting = waiting
             for uid in gone:
                 forget_pod(uid)  # what its decisions kept goes
-            return failed
+            return failed + self.core.nominations("RESET", list(waiting.values()))
         uid = uid_of(obj)
         with self._waiting_lock:
             if event == "DELETED":  # gone, or out of the selector: bound, finished
@@ -110,7 +110,7 @@ class Cache:
         if event == "DELETED":
             forget_pod(uid)  # what its decisions kept goes
             self.core.release(uid)  # a reservation the bind did not take has no use now
-        return failed
+        return failed + self.core.nominations(event, obj)
 
     def ignored_counts(self) -> dict[str, int]:
         """The warnings told per node annotation key (a metric; any thread)."""

@@ -17,6 +17,7 @@ from ..scheduling.decide import Placement, first_fit, placement
 from ..scheduling.feasible import node_checks
 from ..scheduling.inventory import Card
 from ..scheduling.node_fit import NodeRules, node_rules_of
+from ..scheduling.nominated_fit import ahead_for
 from ..scheduling.request import PodAsk
 from ..scheduling.score import best_node, node_used, policies
 from ..scheduling.state import ClusterState
@@ -36,7 +37,10 @@ def cards_on(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState,
     if ask.need is None:
         return None, ()
     _, gpu_policy = policies(pod, config)
-    reason, cards = fit_node(ask.need, ask.device_requests, info, state, gpu_policy)
+    # the pods nominated for the node that it yields to keep their cards (kube-scheduler
+    # holds the rest of what they request: nominated.py)
+    reason, cards = fit_node(ask.need, ask.device_requests, info, state, gpu_policy,
+                             ahead_for(pod, node, state))
     return for_node(reason, info), cards
 
 

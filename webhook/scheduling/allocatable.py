@@ -13,6 +13,8 @@ from __future__ import annotations
 from . import reasons
 from .card_fit import CardNeed, fit_cards
 from .inventory import Card
+from .nominated import NominatedPod
+from .nominated_fit import with_nominated
 from .resources import DeviceLimits, Devices
 from .state import ClusterState, NodeInfo
 
@@ -34,15 +36,19 @@ def fits_allocatable(requested: Devices, info: NodeInfo, state: ClusterState) ->
 
 
 def fit_node(need: CardNeed, requested: Devices, info: NodeInfo, state: ClusterState,
-             gpu_policy: str) -> tuple[str | None, tuple[Card, ...]]:
+             gpu_policy: str, ahead: tuple[NominatedPod, ...] = ()
+             ) -> tuple[str | None, tuple[Card, ...]]:
     """The card checks (from capacity), then allocatable: (None, the cards) or (the node's one
     reason, ()). Allocatable comes last, so its reason says that the cards have room but the
-    node's device plugin reports less (an unhealthy card, a plugin restarting)."""
-    reason, cards = fit_cards(need, info.cards, state.card, state.node_held_whole(info.name),
-                              gpu_policy)
+    node's device plugin reports less (an unhealthy card, a plugin restarting). `ahead`: the
+    pods nominated for the node that the pod yields to, their cards held (nominated_fit.py)."""
+    if ahead:
+        usage, held, used = with_nominated(ahead, info, state, gpu_policy)
+    else:
+        usage, held, used = state.card, state.node_held_whole(info.name), state.devices_on(info.name)
+    reason, cards = fit_cards(need, info.cards, usage, held, gpu_policy)
     if reason is None:
-        reason = allocatable_reason(requested, state.devices_on(info.name), info.device_limits,
-                                    state.names)
+        reason = allocatable_reason(requested, used, info.device_limits, state.names)
     return reason, (() if reason else cards)
 
 

@@ -46,6 +46,7 @@ from .bound import BoundPod, BoundPods, bound_pod
 from .cycle_state import forget as forget_pod
 from .decide import Placement
 from .effective_requests import status_counts
+from .nominated_fit import nominated_of
 from .object_errors import ObjectError, object_error
 from .pod_status import is_bound, is_finished, name_of, uid_of
 from .priority import pod_priority
@@ -160,6 +161,24 @@ class SchedulerCache:
         else:
             self._seen(obj)
 
+    def nominations(self, event: str, obj: JsonObject | list[JsonObject]) -> list[ObjectError]:
+        """The pods waiting for a scheduler, from a watch that does not feed `apply` (the
+        extender's: its pod watch shows bound pods only): their nominations (nominated.py).
+        RESET: the full list. Returns the pods that raised while read, each left as it was."""
+        with self._lock:
+            if event == "RESET":
+                self._state.nominated.clear()
+                self._state.generation += 1
+            failed = []
+            for pod in cast("list[JsonObject]", obj) if event == "RESET" else [cast(JsonObject, obj)]:
+                try:
+                    uid = uid_of(pod)
+                    self._state.nominate(uid, None if event == "DELETED" else
+                                         nominated_of(pod, self._state.mt))
+                except Exception as e:
+                    failed.append(object_error("pod", pod, e))
+            return failed
+
     @property
     def ready(self) -> bool:
         """Every watch listed: usage is rebuilt, decisions may start."""
@@ -189,6 +208,8 @@ class SchedulerCache:
         before = _Before(dict(self._state.shares), dict(self._facts),
                          {p.uid: p for p in self._bound.snapshot()})
         self._state.clear_shares()
+        if self._shows_unbound:  # else the nominations come from another watch (`nominations`)
+            self._state.nominated.clear()
         self._bound.clear()
         self._facts.clear()
         self._assumed = {}
@@ -245,7 +266,10 @@ class SchedulerCache:
             self._gone(uid)
             return
         if not is_bound(pod):
-            return  # a pending pod is the front-end's; an assumed one stays assumed
+            # a pending pod is the front-end's; an assumed one stays assumed; a nominated one
+            # holds its node for the pods that yield to it (nominated.py)
+            self._state.nominate(uid, nominated_of(pod, self._state.mt))
+            return
         ours = self._assumed.get(uid)
         if ours is not None and status_counts(pod):
             ours = None  # resized (in-place resize): what it counts for is read from it again
@@ -262,6 +286,7 @@ class SchedulerCache:
         who = name_of(pod) if warn else ""
         self._assumed.pop(uid, None)
         forget_pod(uid)  # it waits no more: what its decisions kept goes
+        self._state.nominate(uid, None)
         if warn:
             self._warned.add(uid)
             log.warning("pod %s: %s; counting %s as fully used", who, share.problem,
@@ -272,6 +297,7 @@ class SchedulerCache:
 
     def _gone(self, uid: str) -> None:
         forget_pod(uid)
+        self._state.nominate(uid, None)
         self._assumed.pop(uid, None)
         self._warned.discard(uid)
         self._facts.pop(uid, None)

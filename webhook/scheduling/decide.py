@@ -17,11 +17,12 @@ from ..model.config import Config
 from ..model.hami import Device, encode
 from ..model.pods import Kind, PodRequest
 from . import reasons
-from .allocatable import fit_node, fits_allocatable
+from .allocatable import allocatable_reason, fit_node, fits_allocatable
 from .card_fit import CardNeed, fit_cards, may_fit
 from .cycle_state import CycleState, cycle_of
 from .feasible import NodeChecks, node_checks
 from .inventory import Card
+from .nominated_fit import ahead_for, with_nominated
 from .pod_facts import PodFacts, facts_of
 from .request import PodAsk
 from .resources import NO_DEVICES, Devices, Resources
@@ -93,7 +94,9 @@ def node_verdict(checks: NodeChecks, need: CardNeed | None, devices: Devices, in
     reason = checks.reason(info, state)
     if reason is not None or need is None:
         return reason, ()
-    return fit_node(need, devices, info, state, gpu_policy)
+    ahead = state.nominated.ahead_of(info.name, checks.priority, checks.uid) \
+        if state.nominated.on_node else ()
+    return fit_node(need, devices, info, state, gpu_policy, ahead)
 
 
 def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: str, gpu_policy: str,
@@ -121,9 +124,16 @@ def first_fit(pod: JsonObject, ask: PodAsk, state: ClusterState, node_policy: st
         info = state.nodes[name]
         if checks is not None and checks.reason(info, state):
             continue
-        if not fits_allocatable(devices, info, state):  # the same test as fit_node's, sooner
+        ahead = ahead_for(pod, name, state) if state.nominated.on_node else ()
+        if ahead:  # the cards of the pods nominated here that it yields to are held
+            usage, held, used = with_nominated(ahead, info, state, gpu_policy)
+            if held or allocatable_reason(devices, used, info.device_limits, state.names):
+                continue
+            reason, cards = fit_cards(need, info.cards, usage, False, gpu_policy)
+        elif not fits_allocatable(devices, info, state):  # the same test as fit_node's, sooner
             continue
-        reason, cards = fit_cards(need, info.cards, state.card, False, gpu_policy)
+        else:
+            reason, cards = fit_cards(need, info.cards, state.card, False, gpu_policy)
         if reason is None:
             return placement(pod, ask.request, name, cards, wants, devices,
                              checks.facts if checks is not None else None)

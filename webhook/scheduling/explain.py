@@ -18,10 +18,11 @@ from ..model.config import Config
 from ..model.pods import Kind
 from . import reasons
 from .cache import Holder
-from .card_fit import CardNeed, card_reasons
+from .card_fit import CardNeed, Usage, card_reasons
 from .decide import Placement, node_verdict, place
 from .feasible import NodeChecks, node_checks
 from .inventory import Card, NodeCards
+from .nominated_fit import with_nominated
 from .preemption import victims_on
 from .request import PodAsk
 from .score import policies
@@ -91,10 +92,19 @@ def _node_why(checks: NodeChecks, ask: PodAsk, info: NodeInfo, state: ClusterSta
         return NodeWhy(info.name, None, chosen=chosen)
     if need is None or checks.reason(info, state) is not None:
         return NodeWhy(info.name, reason)  # the node's own rules: their words say it
-    if reason in CARD_REASONS and not state.node_held_whole(info.name):
-        cards = tuple(CardWhy(c, why, card_detail(why, c, state.card(c.id), need, info.cards))
-                      for c, why in card_reasons(need, info.cards, state.card))
+    usage: Usage = state.card
+    held = state.node_held_whole(info.name)
+    ahead = state.nominated.ahead_of(info.name, checks.priority, checks.uid) \
+        if state.nominated.on_node else ()
+    if ahead:  # the cards as the pods nominated there that it yields to leave them
+        usage, held, _ = with_nominated(ahead, info, state, gpu_policy)
+    if reason in CARD_REASONS and not held:
+        cards = tuple(CardWhy(c, why, card_detail(why, c, usage(c.id), need, info.cards))
+                      for c, why in card_reasons(need, info.cards, usage))
         return NodeWhy(info.name, reason, cards=cards)
+    if held and not state.node_held_whole(info.name):
+        return NodeWhy(info.name, reason, "its cards wait for a pod nominated there "
+                                          "(status.nominatedNodeName) of equal or higher priority")
     return NodeWhy(info.name, reason, _node_detail(reason, need, ask, info, state))
 
 

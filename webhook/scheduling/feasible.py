@@ -26,8 +26,10 @@ from ..base.json_types import JsonObject
 from . import reasons
 from .effective_requests import requests_problem
 from .node_fit import NodeRules, node_rules_of, resources_reason, untolerated_taint
+from .nominated import affinity_with, disks_taken, ports_of, requested_with
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
 from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
+from .priority import pod_priority
 from .resource_claims import claims_refusal
 from .resources import Resources, pod_requests
 from .state import ClusterState, NodeInfo
@@ -44,6 +46,8 @@ class NodeChecks:
     spread: SpreadCounts | None = None
     affinity: AffinityCounts | None = None
     refusal: str | None = None  # every node's reason
+    priority: int = 0  # the pod's, and its uid: which nominated pods it yields to (nominated.py)
+    uid: str = ""
 
     def reason(self, info: NodeInfo, state: ClusterState) -> str | None:
         """The first of the filters that refuses the node, or None."""
@@ -52,18 +56,29 @@ class NodeChecks:
         reason = self.rules.reason(info.obj)
         if reason is not None:
             return reason
-        if self.facts.ports and _ports_taken(self.facts.ports, state.pods.ports.get(info.name)):
+        # The pods nominated here that this one yields to count as running there (the first
+        # pass); each filter fails if it fails with them (or, then, without: the second).
+        ahead = state.nominated.ahead_of(info.name, self.priority, self.uid) \
+            if state.nominated.on_node else ()
+        if self.facts.ports and (_ports_taken(self.facts.ports, state.pods.ports.get(info.name))
+                                 or (ahead and _ports_taken(self.facts.ports, ports_of(ahead)))):
             return reasons.PORTS_IN_USE
-        reason = resources_reason(self.wants, info.allocatable, state.requested_on(info.name),
+        requested = state.requested_on(info.name)
+        reason = resources_reason(self.wants, info.allocatable,
+                                  requested_with(requested, ahead) if ahead else requested,
                                   state.names)
         if reason is not None:
             return reason
-        if self.facts.disks and _disks_taken(self.facts.disks, state.pods.disks.get(info.name)):
+        if self.facts.disks and (_disks_taken(self.facts.disks, state.pods.disks.get(info.name))
+                                 or (ahead and disks_taken(self.facts.disks, ahead))):
             return reasons.DISK_CONFLICT
         if not self.volumes.none and (reason := volumes_reason(self.volumes, info.obj)):
             return reason
         labels = state.labels.get(info.name) or {}
         if self.spread is not None and (reason := spread_reason(self.spread, labels)):
+            return reason
+        if ahead and (reason := affinity_with(self.affinity, self.facts, ahead, labels,
+                                              state.namespaces)):
             return reason
         if self.affinity is not None:
             return affinity_reason(self.affinity, labels)
@@ -110,7 +125,9 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
         spread = spread_counts(facts, constraints, state.pods, state.labels, accepts, tolerated)
     affinity = affinity_counts(facts, affinity_terms(pod, "podAffinity"), state.pods, state.labels,
                                state.namespaces)
-    return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity)
+    uid = (pod.get("metadata") or {}).get("uid")
+    return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity,
+                      priority=pod_priority(pod), uid=uid if isinstance(uid, str) else "")
 
 
 def node_reasons(pod: JsonObject, state: ClusterState) -> dict[str, str | None]:

@@ -20,6 +20,8 @@ from ..model.config import Config
 from .allocatable import allocatable_reason
 from .cache import Holder
 from .card_fit import Usage, fit_cards
+from .nominated import NominatedPod
+from .nominated_fit import ahead_for, with_nominated
 from .priority import pod_priority
 from .request import PodAsk
 from .score import policies
@@ -55,20 +57,25 @@ def _without(state: ClusterState, removed: Iterable[PodShare]) -> tuple[Usage, i
 
 
 def fits_without(ask: PodAsk, node: str, state: ClusterState, gpu_policy: str,
-                 removed: list[PodShare]) -> bool:
+                 removed: list[PodShare], ahead: tuple[NominatedPod, ...] = ()) -> bool:
+    """`ahead`: the pods nominated for the node that the pod yields to: they keep their
+    room, as kube-scheduler's victim search runs the filters with them."""
     info = state.nodes.get(node)
     if info is None or ask.need is None:
         return False
     usage, freed_whole = _without(state, removed)
     nu = state.node_usage.get(node)
     held_whole = bool(nu and nu.whole_node - freed_whole > 0)
-    reason, _ = fit_cards(ask.need, info.cards, usage, held_whole, gpu_policy)
-    if reason is not None:
-        return False
     # and allocatable (an unhealthy card lowers it): the victims' requests leave the node's sum
     used = state.devices_on(node)
     for s in removed:
         used = used - s.device_requests
+    if ahead:
+        usage, held_whole, used = with_nominated(ahead, info, state, gpu_policy, usage,
+                                                 held_whole, used, leaving=False)
+    reason, _ = fit_cards(ask.need, info.cards, usage, held_whole, gpu_policy)
+    if reason is not None:
+        return False
     return allocatable_reason(ask.device_requests, used, info.device_limits, state.names) is None
 
 
@@ -82,13 +89,14 @@ def victims_on(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState, con
     if any(holders[u].priority >= priority for u in proposed if u in holders):
         return None  # never a pod of equal or higher priority
     gone = [h.share for u, h in holders.items() if u in proposed or h.terminating]
-    if fits_without(ask, node, state, gpu_policy, gone):
+    ahead = ahead_for(pod, node, state)
+    if fits_without(ask, node, state, gpu_policy, gone, ahead):
         return list(proposed)
     candidates = sorted(
         (h for u, h in holders.items()
          if u not in proposed and not h.terminating and h.share.cards and h.priority < priority),
         key=lambda h: (h.priority, -_size(h.share), h.share.uid))
-    if not fits_without(ask, node, state, gpu_policy, gone + [h.share for h in candidates]):
+    if not fits_without(ask, node, state, gpu_policy, gone + [h.share for h in candidates], ahead):
         return None
     budget = EXACT_BUDGET
     for k in range(1, min(EXACT_UP_TO, len(candidates)) + 1):
@@ -96,14 +104,14 @@ def victims_on(pod: JsonObject, ask: PodAsk, node: str, state: ClusterState, con
             budget -= 1
             if budget < 0:
                 break
-            if fits_without(ask, node, state, gpu_policy, gone + [h.share for h in chosen]):
+            if fits_without(ask, node, state, gpu_policy, gone + [h.share for h in chosen], ahead):
                 return list(proposed) + [h.share.uid for h in chosen]
     # Greedy, as kube-scheduler's own victim selection: evict them all, then spare each one
     # (higher priority first, then smaller first) whose return still leaves room.
     evicted = list(candidates)
     for h in sorted(candidates, key=lambda h: (-h.priority, _size(h.share), h.share.uid)):
         rest = [e for e in evicted if e is not h]
-        if fits_without(ask, node, state, gpu_policy, gone + [e.share for e in rest]):
+        if fits_without(ask, node, state, gpu_policy, gone + [e.share for e in rest], ahead):
             evicted = rest
     return list(proposed) + [h.share.uid for h in evicted]
 

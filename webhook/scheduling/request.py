@@ -83,6 +83,12 @@ def request_of(pod: JsonObject, config: Config, fleet: Fleet | None = None) -> P
     return ask
 
 
+def read_ask(pod: JsonObject, mt: MthreadsConfig) -> PodAsk:
+    """What a pod this process does not decide asks (a nominated pod, nominated_fit.py), read
+    from the Mthreads settings alone and not kept."""
+    return _read(pod, mt, _kept(mt, None).fleet)
+
+
 def forget(uid: str) -> None:
     """The pod no longer waits (bound or gone): its answer goes with the last pod it answered."""
     where = _ASKED.pop(uid, None)

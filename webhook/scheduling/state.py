@@ -18,6 +18,7 @@ from ..model.cards import CORES_PER_CARD
 from ..model.config import MthreadsConfig
 from ..model.pods import resource_names
 from .inventory import NodeCards, node_cards
+from .nominated import NominatedPod, NominatedPods
 from .one_copy import hold, one_name, release
 from .pod_facts import hold_facts, release_facts
 from .pod_index import PodIndex
@@ -90,6 +91,7 @@ class ClusterState:
         self.storage = Storage()  # claims, volumes and classes (the allocator's watches)
         # each namespace's labels, as its watch shows them (affinity terms' namespaceSelector)
         self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.nominated = NominatedPods()  # pods nominated for a node, not bound yet
         # Bumped whenever room may have appeared (a share freed, a node added or changed):
         # pods that did not fit are retried only then.
         self.generation = 0
@@ -229,6 +231,12 @@ class ClusterState:
                 self.generation += 1
         elif self.namespaces.get(name) != labels:
             self.namespaces[name] = labels
+            self.generation += 1
+
+    def nominate(self, uid: str, pod: NominatedPod | None) -> None:
+        """A pod's nomination (None: none now, bound or gone): a cleared or moved one may
+        leave room for the pods that yielded to it."""
+        if self.nominated.put(uid, pod):
             self.generation += 1
 
     # shares
