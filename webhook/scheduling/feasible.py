@@ -4,7 +4,9 @@ order, each node's reason the first that fails.
     the node's own rules   NodeUnschedulable, TaintToleration, NodeAffinity (+ Ready: ours)
     NodePorts              host ports in use
     NodeResourcesFit       pods, cpu, memory, ephemeral storage, every other resource requested
-    VolumeRestrictions     inline disks only one node may mount read-write
+    VolumeRestrictions     inline disks only one node may mount read-write; ReadWriteOncePod
+                           claims another pod uses (volume_access.py)
+    NodeVolumeLimits       CSI drivers' attach limits (csi_limits.py)
     VolumeBinding          claims: bound volumes' node affinity (volumes.py)
     VolumeZone             claims: bound volumes' zone and region labels
     PodTopologySpread      DoNotSchedule constraints
@@ -23,12 +25,22 @@ from typing import Mapping
 
 from ..base.json_types import JsonObject
 from . import reasons
+from .csi_limits import attachable, csi_limits_reason
 from .node_fit import NodeRules, node_rules_of, resources_reason
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
-from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
+from .pod_facts import (
+    ANY_IP,
+    INLINE_DISKS,
+    HostPort,
+    PodFacts,
+    affinity_terms,
+    disks_conflict,
+    facts_of,
+)
 from .resources import Resources, pod_requests
 from .state import ClusterState, NodeInfo
 from .topology_spread import SpreadCounts, constraints_of, spread_counts, spread_reason
+from .volume_access import once_pod_claim_in_use
 from .volumes import NO_VOLUMES, PodVolumes, pod_volumes, volumes_reason
 
 
@@ -41,6 +53,8 @@ class NodeChecks:
     spread: SpreadCounts | None = None
     affinity: AffinityCounts | None = None
     refusal: str | None = None  # every node's reason
+    once_pod_conflict: bool = False  # a ReadWriteOncePod claim of the pod is in use
+    attachable: tuple[tuple[object, ...], ...] = ()  # its volumes NodeVolumeLimits counts
 
     def reason(self, info: NodeInfo, state: ClusterState) -> str | None:
         """The first of the filters that refuses the node, or None."""
@@ -57,6 +71,11 @@ class NodeChecks:
             return reason
         if self.facts.disks and _disks_taken(self.facts.disks, state.pods.disks.get(info.name)):
             return reasons.DISK_CONFLICT
+        if self.once_pod_conflict:
+            return reasons.RWOP_CONFLICT
+        if self.attachable and (reason := csi_limits_reason(
+                self.attachable, info.obj, state.pods.disks.get(info.name) or (), state.storage)):
+            return reason
         if not self.volumes.none and (reason := volumes_reason(self.volumes, info.obj)):
             return reason
         labels = state.labels.get(info.name) or {}
@@ -96,7 +115,10 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
             return selection.matches(state.nodes[node].obj)
         spread = spread_counts(facts, constraints, state.pods, state.labels, accepts)
     affinity = affinity_counts(facts, affinity_terms(pod, "podAffinity"), state.pods, state.labels)
-    return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity)
+    return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity,
+                      once_pod_conflict=bool(facts.disks) and once_pod_claim_in_use(
+                          facts.disks, state.storage, state.pods.claim_users),
+                      attachable=attachable(facts.disks))
 
 
 def node_reasons(pod: JsonObject, state: ClusterState) -> dict[str, str | None]:
@@ -119,4 +141,7 @@ def _ports_taken(wanted: tuple[HostPort, ...], used: Mapping[HostPort, int] | No
 
 def _disks_taken(wanted: tuple[tuple[object, ...], ...],
                  mounted: Mapping[tuple[object, ...], int] | None) -> bool:
-    return bool(mounted) and any(disks_conflict(w, m) for w in wanted for m in mounted or ())
+    if not mounted:
+        return False
+    disks = [w for w in wanted if w[0] in INLINE_DISKS]  # claims conflict so with nothing
+    return bool(disks) and any(disks_conflict(w, m) for w in disks for m in mounted)
