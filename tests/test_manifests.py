@@ -256,7 +256,8 @@ def test_allocator_rbac_is_exactly_what_it_needs():
     expected |= {("", "pods/status", "patch", ())}
     expected |= {("", "nodes", v, ()) for v in ("get", "list", "watch")}
     expected |= {(group, kind, v, ()) for v in ("list", "watch") for group, kind in (
-        ("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"))}
+        ("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
+        ("storage.k8s.io", "csinodes"))}
     expected |= {("", "events", v, ()) for v in ("create", "patch")}
     assert cluster == expected
     role = one(docs, "Role", "mthreads-allocator-leader-election")

@@ -437,6 +437,7 @@ ALLOCATOR_GRANTS = {
         ("*", "", "persistentvolumes", "list", ()), ("*", "", "persistentvolumes", "watch", ()),
         ("*", "storage.k8s.io", "storageclasses", "list", ()),
         ("*", "storage.k8s.io", "storageclasses", "watch", ()),
+        ("*", "storage.k8s.io", "csinodes", "list", ()), ("*", "storage.k8s.io", "csinodes", "watch", ()),
         ("*", "", "events", "create", ()), ("*", "", "events", "patch", ()),
         (NS, LEASES, "leases", "create", ()), (NS, LEASES, "leases", "get", ("mthreads-allocator",)),
         (NS, LEASES, "leases", "update", ("mthreads-allocator",))},

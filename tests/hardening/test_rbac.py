@@ -88,6 +88,8 @@ ALLOCATOR_MUST = [
     ("patch", "pods", "--subresource=status", "-n", "default"),
     ("list", "nodes"),
     ("watch", "nodes"),
+    ("list", "csinodes.storage.k8s.io"),  # CSI attach limits
+    ("watch", "csinodes.storage.k8s.io"),
     ("create", "events", "-n", "default"),
     ("patch", "events", "-n", "default"),
     ("get", f"{LEASE}/mthreads-allocator", "-n", "kube-system"),
@@ -101,6 +103,7 @@ ALLOCATOR_MUST_NOT = [
     ("patch", "pods", "-n", "default"),  # it never writes a pod itself, only Bindings
     ("update", "pods", "--subresource=status", "-n", "default"),  # its condition is a patch
     ("create", "events.events.k8s.io", "-n", "default"),  # it writes core events only
+    ("update", "csinodes.storage.k8s.io"),  # read only: the kubelet writes them
     ("update", "nodes"),
     ("patch", "nodes"),
     ("delete", "nodes"),

@@ -28,7 +28,7 @@ def grant_allocator_rbac(api_client) -> None:
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes", "persistentvolumeclaims", "persistentvolumes"],
          "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes"],
          "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],

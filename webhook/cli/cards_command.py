@@ -116,12 +116,13 @@ async def _explain(api, what: str, pod: dict, config: Config, created: bool = Tr
     """The explanation of `pod` (`created`: by the API server, else a pod of a file) on the
     cluster as the API server holds it now."""
     from ..kube.informer import STORAGE_WATCHES
-    from ..scheduling.volumes import claim_names
+    from ..scheduling.csi_limits import attachable
+    from ..scheduling.pod_facts import inline_disks
     from .explain_report import explain_pod
     nodes = await _list(api, what, "/api/v1/nodes")
     pods = await _list(api, what, "/api/v1/pods")
     storage = {kind: await _list(api, what, path) for kind, path in STORAGE_WATCHES} \
-        if claim_names(pod) else {}
+        if attachable(inline_disks(pod)) else {}
     if not created:
         pod = await _with_priority(api, what, pod)
     return explain_pod(pod, nodes, pods, config, storage)

@@ -176,14 +176,16 @@ def _named(obj: object) -> str:
         return "an unnamed object"
 
 
-# (kind, path) of the watches of the volumes a pod's claims name
+# (kind, path) of the watches of the volumes a pod's claims name, and of the CSINodes that
+# bound how many a node attaches
 STORAGE_WATCHES = [("pvc", "/api/v1/persistentvolumeclaims"), ("pv", "/api/v1/persistentvolumes"),
-                   ("storageclass", "/apis/storage.k8s.io/v1/storageclasses")]
+                   ("storageclass", "/apis/storage.k8s.io/v1/storageclasses"),
+                   ("csinode", "/apis/storage.k8s.io/v1/csinodes")]
 
 
 def cluster_watches(pods: str, storage: bool = False) -> list[tuple[str, str, str | None]]:
     """(kind, path, fieldSelector) of the watches a pod cache is fed from: every node, the pods
-    the field selector `pods` selects, and with `storage` every claim, volume and class."""
+    the field selector `pods` selects, and with `storage` every claim, volume, class and CSINode."""
     return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", pods)] + \
         [(kind, path, None) for kind, path in STORAGE_WATCHES if storage]
 
