@@ -137,6 +137,7 @@ SCHEDULER_MUST = [
     ("create", "pods", "--subresource=binding", "-n", "default"),
     ("list", "nodes"),
     ("watch", "nodes"),
+    ("watch", "csinodes.storage.k8s.io"),  # the extender's watch, system:kube-scheduler's right
     ("get", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
     ("update", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
 ]
