@@ -6,14 +6,17 @@ tests/scheduling/test_volumes.py.)"""
 
 from __future__ import annotations
 
+import json
+
 import kubernetes.client as k
 import pytest
+import yaml
 
 from tests.allocator.test_cluster import create
-from tests.builders import CSI_DRIVER, csi_volume, csinode
+from tests.builders import CSI_DRIVER, csi_volume, csinode, slice_
 from tests.builders import sched_pod as pod
-from tests.builders import slice_
-from tests.harness.kube import bound_pod
+from tests.cli.test_cards_command import explain as cards
+from tests.harness.kube import ADMIN, bound_pod
 from tests.harness.wait import wait_for
 from tests.metrics.cluster import wait_unschedulable
 
@@ -36,7 +39,7 @@ def bound_claim(namespace, name, volume) -> dict:
 
 
 def test_a_pod_over_its_nodes_csi_limit_waits_with_the_reason_and_binds_when_room_is_made(
-        admin, fleet, namespace, start_allocator):
+        kube_cluster, admin, fleet, namespace, start_allocator, tmp_path):
     (node,) = fleet(2, 96, count=1)
     core, storage = k.CoreV1Api(admin), k.StorageV1Api(admin)
     volumes = [f"{namespace}-v{i}" for i in range(2)]
@@ -54,6 +57,17 @@ def test_a_pod_over_its_nodes_csi_limit_waits_with_the_reason_and_binds_when_roo
         message = wait_unschedulable(admin, namespace, "second", 30)["message"]
         assert f"1 {MAX}" in message, message
         assert not bound_pod(admin, namespace, "second")
+        # `cards explain` of it, and `cards what-if` of a pod in a file naming the same claim
+        # (never created), read the CSINode too and say the same
+        kubeconfig = str(kube_cluster.kubeconfig(ADMIN))
+        explained = cards("explain", f"{namespace}/second", "-o", "json", kubeconfig=kubeconfig)
+        assert [n["reason"] for n in json.loads(explained.stdout)["nodes"]] == [MAX], explained.stdout
+        spec = tmp_path / "third.yaml"
+        third = csi_pod("third", fleet, "data-1")
+        third["metadata"]["namespace"] = namespace
+        spec.write_text(yaml.safe_dump(third))
+        what_if = cards("what-if", str(spec), "-o", "json", kubeconfig=kubeconfig)
+        assert [n["reason"] for n in json.loads(what_if.stdout)["nodes"]] == [MAX], what_if.stdout
         # the first pod gone, its volume is detached: the second binds without a restart
         core.delete_namespaced_pod("first", namespace, grace_period_seconds=0)
         assert wait_for(lambda: bound_pod(admin, namespace, "second"), 30)["spec"]["nodeName"] == node

@@ -311,3 +311,11 @@ def test_a_csinode_appearing_or_changing_applies_at_once():
 def test_builders_csinode_and_csi_volume_are_objects_the_api_server_takes():
     valid_at(csinode("n1", {CSI_DRIVER: 2, "other.example.com": None}, migrated="kubernetes.io/aws-ebs"))
     valid_at(csi_volume("pv1", claim=("a", "c1")))
+
+
+def test_a_pod_without_volumes_costs_nothing_new():
+    """Its facts hold the one empty tuple, as before these rules; a pod with claims holds them."""
+    from webhook.scheduling.pod_facts import facts_of
+    empty = tuple()
+    assert facts_of(pod("q")).disks is empty
+    assert facts_of(using("c")).disks == (("claim", "a", "c"),)
