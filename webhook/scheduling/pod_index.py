@@ -76,7 +76,7 @@ class PodIndex:
             self.disks.setdefault(node, Counter()).update(facts.disks)
             for d in facts.disks:
                 if d[0] == CLAIM:
-                    self.claim_users[d[1:]] += 1  # type: ignore[index]
+                    self.claim_users[_claim_key(d)] += 1
         for term in facts.anti_affinity:
             self.anti_affinity.setdefault(term, Counter())[node] += 1
 
@@ -100,10 +100,10 @@ class PodIndex:
             _subtract(self.disks, node, facts.disks)
             for d in facts.disks:
                 if d[0] == CLAIM:
-                    key: tuple[str, str] = d[1:]  # type: ignore[assignment]
-                    self.claim_users[key] -= 1
-                    if self.claim_users[key] <= 0:
-                        del self.claim_users[key]
+                    claim = _claim_key(d)
+                    self.claim_users[claim] -= 1
+                    if self.claim_users[claim] <= 0:
+                        del self.claim_users[claim]
         for term in facts.anti_affinity:
             _subtract(self.anti_affinity, term, (node,))
 
@@ -111,6 +111,11 @@ class PodIndex:
         for m in (self.on_node, self.in_namespace, self.ports, self.disks, self.anti_affinity,
                   self.by_label, self.claim_users):
             m.clear()
+
+
+def _claim_key(disk: tuple[object, ...]) -> tuple[str, str]:
+    """(namespace, name) of a claim of PodFacts.disks."""
+    return str(disk[1]), str(disk[2])
 
 
 def _pop(m: dict, key: object, uid: str) -> None:  # type: ignore[type-arg]
