@@ -319,3 +319,13 @@ def test_a_pod_without_volumes_costs_nothing_new():
     empty = tuple()
     assert facts_of(pod("q")).disks is empty
     assert facts_of(using("c")).disks == (("claim", "a", "c"),)
+
+
+def test_a_claims_reading_is_kept_until_the_storage_changes():
+    """csi_limits keeps what each claim of the node's pods attaches (read once, not per
+    decision); a volume, claim, class or CSINode event drops it."""
+    c = cache_of(NODES, [on_n1("c1", "c2")], claims=CLAIMS, volumes=VOLUMES, csinodes=LIMITS)
+    assert reasons_for(using("c3"), c)["n1"] == MAX
+    assert reasons_for(using("c3"), c)["n1"] == MAX  # from what was kept
+    c.apply("pv", "MODIFIED", csi_volume("pv2", "other.example.com"))
+    assert reasons_for(using("c3"), c)["n1"] is None  # pv2 is the other driver's now

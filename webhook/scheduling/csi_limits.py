@@ -20,7 +20,7 @@ volume of a limited driver passes.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Collection, Iterable
 
 from ..base.json_types import JsonObject
 from .pod_facts import AZURE_DISK, CINDER, CLAIM, EPHEMERAL_CLAIM
@@ -51,7 +51,7 @@ def attachable(disks: tuple[Entry, ...]) -> tuple[Entry, ...]:
     return tuple(d for d in disks if d[0] in ATTACHABLE)
 
 
-def csi_limits_reason(wanted: tuple[Entry, ...], node: JsonObject, used: Iterable[Entry],
+def csi_limits_reason(wanted: tuple[Entry, ...], node: JsonObject, used: Collection[Entry],
                       storage: Storage) -> str | None:
     """NodeVolumeLimits' answer for the node: MAX_VOLUME_COUNT or None. `wanted`: the pod's
     attachable volumes; `used`: the volumes of the pods on the node (PodIndex.disks)."""
@@ -63,11 +63,17 @@ def csi_limits_reason(wanted: tuple[Entry, ...], node: JsonObject, used: Iterabl
     limits = volume_limits(node, csinode)
     if not limits:
         return None
+    adding: dict[str, int] = {}
+    for driver, _ in new:
+        adding[driver] = adding.get(driver, 0) + 1
+    most = len(used)  # the node's volumes bound what is attached: often none is read
+    if all(most + n <= limits.get(d, most + n) for d, n in adding.items()):
+        return None
     attached: dict[str, int] = {}
     for volume in _resolved(used, csinode, storage):
         new.discard(volume)  # one volume used by several pods counts once
         attached[volume[0]] = attached.get(volume[0], 0) + 1
-    adding: dict[str, int] = {}
+    adding = {}
     for driver, _ in new:
         adding[driver] = adding.get(driver, 0) + 1
     for driver, count in adding.items():
@@ -94,48 +100,67 @@ def volume_limits(node: JsonObject, csinode: JsonObject | None) -> dict[str, int
     return limits
 
 
+# claims kept in a memo at most (Storage.attached_as: about 100 B each); beyond, it starts again
+MEMO_KEPT = 1_000_000
+
+
 def _resolved(entries: Iterable[Entry], csinode: JsonObject | None,
               storage: Storage) -> set[Volume]:
     out = set()
+    memo = storage.attached_as
     for e in entries:
         if e[0] not in ATTACHABLE:
             continue
-        volume = _claim_volume(e, csinode, storage) if e[0] in (CLAIM, EPHEMERAL_CLAIM) \
-            else _inline_volume(e, csinode)
+        if e[0] in (CLAIM, EPHEMERAL_CLAIM):
+            # a node full of claims is read once, not per decision: what does not depend on
+            # the node (a CSI volume, a CSI class) is kept until the storage changes
+            if e in memo:
+                volume = memo[e]
+            else:
+                volume, of_node = _claim_volume(e, csinode, storage)
+                if not of_node:
+                    if len(memo) >= MEMO_KEPT:
+                        memo.clear()
+                    memo[e] = volume
+        else:
+            volume = _inline_volume(e, csinode)
         if volume is not None:
             out.add(volume)
     return out
 
 
-def _claim_volume(e: Entry, csinode: JsonObject | None, storage: Storage) -> Volume | None:
+def _claim_volume(e: Entry, csinode: JsonObject | None,
+                  storage: Storage) -> tuple[Volume | None, bool]:
+    """The claim's volume, and whether the reading depends on the node (an in-tree plugin's
+    migration)."""
     namespace, name = str(e[1]), str(e[2])
     claim = storage.claims.get((namespace, name))
     if claim is None:
-        return None  # an existing pod's (the pod's own refuses it before: volumes.pod_volumes)
+        return None, False  # an existing pod's (the pod's own refuses it before: volumes.pod_volumes)
     pv = storage.volumes.get((claim.get("spec") or {}).get("volumeName") or "")
     if pv is None:  # unbound, or bound to a volume not found: its class tells the driver
         provisioner = (storage.classes.get(class_of(claim)) or {}).get("provisioner")
         if not isinstance(provisioner, str) or not provisioner:
-            return None
+            return None, False
         if provisioner in MIGRATES_TO:
             if not migrated(csinode, provisioner):
-                return None
-            provisioner = MIGRATES_TO[provisioner]
-        return provisioner, f"\0claim {namespace}/{name}"  # no volume id yet: the claim's own
+                return None, True
+            return (MIGRATES_TO[provisioner], f"\0claim {namespace}/{name}"), True
+        return (provisioner, f"\0claim {namespace}/{name}"), False  # no volume id yet: the claim's
     spec = pv.get("spec") or {}
     csi = spec.get("csi")
     if csi is not None:
         driver, handle = csi.get("driver"), csi.get("volumeHandle")
-        return (driver, handle) if isinstance(driver, str) and isinstance(handle, str) \
-            and driver and handle else None
+        return ((driver, handle) if isinstance(driver, str) and isinstance(handle, str)
+                and driver and handle else None), False
     for plugin, source, key in _PV_SOURCES:
         src = spec.get(source)
         if src is not None:
             if not migrated(csinode, plugin):
-                return None
+                return None, True
             handle = _handle(plugin, src.get(key), (pv.get("metadata") or {}).get("labels"))
-            return (MIGRATES_TO[plugin], handle) if handle else None
-    return None
+            return ((MIGRATES_TO[plugin], handle) if handle else None), True
+    return None, False
 
 
 _PV_SOURCES = ((EBS, "awsElasticBlockStore", "volumeID"), (GCE_PD, "gcePersistentDisk", "pdName"),

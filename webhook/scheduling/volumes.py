@@ -43,6 +43,8 @@ class Storage:
         self.volumes: dict[str, JsonObject] = {}
         self.classes: dict[str, JsonObject] = {}
         self.csinodes: dict[str, JsonObject] = {}  # by node name: its CSI drivers' attach limits
+        # csi_limits' reading of each claim (its driver and volume), until any of these changes
+        self.attached_as: dict[tuple[object, ...], tuple[str, str] | None] = {}
 
     def apply(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> None:
         """An informer's event of kind "pvc", "pv", "storageclass" or "csinode"."""
@@ -50,6 +52,7 @@ class Storage:
                      {"pvc": self.claims, "pv": self.volumes, "storageclass": self.classes,
                       "csinode": self.csinodes}[kind])
         key = _claim_key if kind == "pvc" else _name
+        self.attached_as.clear()
         if event == "RESET":
             store.clear()
             store.update((key(o), o) for o in cast("list[JsonObject]", obj))
