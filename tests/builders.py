@@ -290,3 +290,33 @@ def nominated(p: dict, node: str, priority: int | None = None) -> dict:
         p["spec"]["priority"] = priority
     p["status"] = {**p.get("status", {}), "nominatedNodeName": node}
     return p
+
+
+# CSI volumes and their nodes' attach limits (kube-scheduler's NodeVolumeLimits)
+CSI_DRIVER = "csi.example.com"
+
+
+def csinode(node: str, counts: dict | None = None, migrated: str | None = None) -> dict:
+    """The CSINode of `node`: each driver of `counts` with its attach limit (None: it reports
+    none); `migrated`: the in-tree plugins its CSI drivers run (comma-separated)."""
+    meta: dict = {"name": node}
+    if migrated is not None:
+        meta["annotations"] = {"storage.alpha.kubernetes.io/migrated-plugins": migrated}
+    drivers = [{"name": d, "nodeID": node,
+                **({} if n is None else {"allocatable": {"count": n}})}
+               for d, n in (counts or {}).items()]
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": meta,
+            "spec": {"drivers": drivers}}
+
+
+def csi_volume(name: str, driver: str = CSI_DRIVER, handle: str | None = None,
+               claim: tuple[str, str] | None = None) -> dict:
+    """A PersistentVolume of a CSI driver (`handle`: its volume id, the name by default);
+    `claim`: the (namespace, name) it is bound to."""
+    spec: dict = {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                  "persistentVolumeReclaimPolicy": "Retain",
+                  "csi": {"driver": driver, "volumeHandle": handle or name}}
+    if claim is not None:
+        spec["claimRef"] = {"namespace": claim[0], "name": claim[1]}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": spec}

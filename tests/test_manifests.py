@@ -257,6 +257,7 @@ def test_allocator_rbac_is_exactly_what_it_needs():
     expected |= {("", "nodes", v, ()) for v in ("get", "list", "watch")}
     expected |= {(group, kind, v, ()) for v in ("list", "watch") for group, kind in (
         ("", "persistentvolumeclaims"), ("", "persistentvolumes"), ("storage.k8s.io", "storageclasses"),
+        ("storage.k8s.io", "csinodes"),
         ("", "namespaces"))}  # namespaces: their labels, for affinity terms' namespaceSelector
     expected |= {("", "events", v, ()) for v in ("create", "patch")}
     assert cluster == expected

@@ -198,7 +198,7 @@ def test_the_documents_commands(cluster, helm_run, tmp_path):
         assert can_i(cluster, ALLOCATOR_SA, "create", "pods", "--subresource=binding", "-n", "default")
         assert can_i(cluster, ALLOCATOR_SA, "watch", "nodes")
         for claims_and_volumes in ("persistentvolumeclaims", "persistentvolumes",
-                                   "storageclasses.storage.k8s.io"):
+                                   "storageclasses.storage.k8s.io", "csinodes.storage.k8s.io"):
             assert can_i(cluster, ALLOCATOR_SA, "watch", claims_and_volumes, "-A")
         assert can_i(cluster, ALLOCATOR_SA, "update", "leases.coordination.k8s.io/mthreads-allocator", "-n", NS)
         assert not can_i(cluster, ALLOCATOR_SA, "create", "pods", "-n", "default")

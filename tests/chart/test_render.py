@@ -438,6 +438,7 @@ ALLOCATOR_GRANTS = {
         ("*", "storage.k8s.io", "storageclasses", "list", ()),
         ("*", "storage.k8s.io", "storageclasses", "watch", ()),
         ("*", "", "namespaces", "list", ()), ("*", "", "namespaces", "watch", ()),  # their labels
+        ("*", "storage.k8s.io", "csinodes", "list", ()), ("*", "storage.k8s.io", "csinodes", "watch", ()),
         ("*", "", "events", "create", ()), ("*", "", "events", "patch", ()),
         (NS, LEASES, "leases", "create", ()), (NS, LEASES, "leases", "get", ("mthreads-allocator",)),
         (NS, LEASES, "leases", "update", ("mthreads-allocator",))},

@@ -107,6 +107,10 @@ def write(tmp_path, text_):
     ("kind: Pod\nmetadata: {name: p}\n", "the Pod has no spec.containers"),
     ("kind: Pod\nspec: {containers: []}\n", "the Pod has no spec.containers"),
     ("kind: Pod\nmetadata: [1]\nspec: {containers: [{name: a}]}\n", "metadata is not a mapping"),
+    ("kind: Pod\nspec: {containers: [{name: a}], volumes: x}\n", "spec.volumes is not a list"),
+    ("kind: Pod\nspec: {containers: [{name: a}], volumes: [x]}\n", "spec.volumes[0] is not a mapping"),
+    ("kind: Pod\nspec: {containers: [{name: a}], volumes: [{name: d, persistentVolumeClaim: c}]}\n",
+     "spec.volumes[0].persistentVolumeClaim is not a mapping"),
 ])
 def test_a_bad_file_is_one_clear_error(tmp_path, content, says):
     path = write(tmp_path, content)

@@ -90,6 +90,8 @@ ALLOCATOR_MUST = [
     ("watch", "nodes"),
     ("list", "namespaces"),  # their labels: affinity terms' namespaceSelector
     ("watch", "namespaces"),
+    ("list", "csinodes.storage.k8s.io"),  # CSI attach limits
+    ("watch", "csinodes.storage.k8s.io"),
     ("create", "events", "-n", "default"),
     ("patch", "events", "-n", "default"),
     ("get", f"{LEASE}/mthreads-allocator", "-n", "kube-system"),
@@ -103,6 +105,7 @@ ALLOCATOR_MUST_NOT = [
     ("patch", "pods", "-n", "default"),  # it never writes a pod itself, only Bindings
     ("update", "pods", "--subresource=status", "-n", "default"),  # its condition is a patch
     ("create", "events.events.k8s.io", "-n", "default"),  # it writes core events only
+    ("update", "csinodes.storage.k8s.io"),  # read only: the kubelet writes them
     ("update", "nodes"),
     ("patch", "nodes"),
     ("delete", "nodes"),
@@ -141,6 +144,7 @@ SCHEDULER_MUST = [
     ("watch", "nodes"),
     ("list", "namespaces"),  # the extender's watch of their labels
     ("watch", "namespaces"),
+    ("watch", "csinodes.storage.k8s.io"),  # the extender's watch, system:kube-scheduler's right
     ("get", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
     ("update", f"{LEASE}/mthreads-scheduler", "-n", "kube-system"),
 ]

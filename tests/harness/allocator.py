@@ -29,7 +29,7 @@ def grant_allocator_rbac(api_client) -> None:
         {"apiGroups": [""], "resources": ["nodes", "persistentvolumeclaims", "persistentvolumes",
                                           "namespaces"],
          "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses", "csinodes"],
          "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],

@@ -18,6 +18,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from tests.builders import csinode
+
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 ZONE_BETA = "failure-domain.beta.kubernetes.io/zone"
@@ -40,7 +42,7 @@ FEATURES = (
     "overhead", "host-ports", "host-network", "node-selector", "node-affinity", "tolerations",
     "pod-affinity", "pod-anti-affinity", "affinity-namespaces", "spread", "claim-local",
     "claim-zonal", "claim-missing", "claim-unbound-immediate", "claim-prebound",
-    "claim-deleting", "claim-lost", "inline-disk",
+    "claim-deleting", "claim-lost", "inline-disk", "claim-csi",
 )
 # Claim names carry their kind: <tag>-<ns>-<kind>-<n>
 CLAIM_KINDS = ("local", "zonal", "unbound", "prebound", "deleting", "lost")
@@ -61,6 +63,8 @@ class Cluster:
     pods: list[dict] = field(default_factory=list)  # the sequence
     # pods of the sequence deleted with a grace period once bound: they stay, terminating
     terminate_when_bound: set[str] = field(default_factory=set)
+    # the CSINodes (their drivers' attach limits), written before the nodes
+    csinodes: list[dict] = field(default_factory=list)
 
 
 def runtime_class() -> dict:
@@ -555,7 +559,40 @@ def make_cluster(seed: int, index: int, pods: int, scheduler: str) -> Cluster:
                     for j in range(pods)]
     cluster.terminate_when_bound = {p["metadata"]["name"] for p in cluster.pods
                                     if rng.random() < 0.1}
+    _csi(random.Random(f"{seed}/csi"), cluster)
     return cluster
+
+
+CSI_DRIVERS = ("csi-a.example.com", "csi-b.example.com")
+
+
+def _csi(rng: random.Random, c: Cluster) -> None:
+    """CSI volumes bound to claims, some pods using them, and the nodes' attach limits
+    (NodeVolumeLimits), drawn from a generator of their own: the rest of the cluster is the one
+    the seed gave without them. The volumes carry no node affinity and no zone, so no other
+    filter reads them."""
+    for n in c.nodes:
+        if rng.random() < 0.25:
+            continue  # no CSINode: no limit
+        counts = {d: _pick(rng, (30, 1), (30, 2), (15, 3), (10, 0), (15, None))
+                  for d in CSI_DRIVERS if rng.random() < 0.8}
+        c.csinodes.append(csinode(n["metadata"]["name"], counts))
+    mine: dict[str, list[str]] = {}
+    for ns in c.namespaces:
+        base = f"{c.tag}-{ns.rsplit('-', 1)[-1]}"
+        for i in range(4):
+            name, pv = f"{base}-csi-{i}", f"{base}-pv-csi-{i}"
+            c.claims.append(_claim(ns, name, "", pv, True))
+            source = {"csi": {"driver": rng.choice(CSI_DRIVERS), "volumeHandle": f"{pv}-handle"}}
+            c.volumes.append(_volume(pv, "", source, (ns, name)))
+            mine.setdefault(ns, []).append(name)
+    for p, share in [(p, 0.5) for p in c.existing if p["spec"].get("nodeName")] + \
+            [(p, 0.35) for p in c.pods]:
+        if rng.random() < share:
+            names = rng.sample(mine[p["metadata"]["namespace"]], rng.choice([1, 1, 2]))
+            p["spec"].setdefault("volumes", []).extend(
+                {"name": f"csi{i}", "persistentVolumeClaim": {"claimName": n}}
+                for i, n in enumerate(names))
 
 
 def claim_kind(name: str) -> str:
@@ -606,7 +643,9 @@ def features(pod: dict) -> set[str]:
         if {"gcePersistentDisk", "awsElasticBlockStore", "iscsi", "rbd"} & set(v):
             out.add("inline-disk")
         claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
-        if claim:
+        if claim and "-csi-" in claim:
+            out.add("claim-csi")
+        elif claim:
             kind = claim_kind(claim)
             out.add({"unbound": "claim-unbound-immediate"}.get(kind, f"claim-{kind}"))
     return out

@@ -196,9 +196,9 @@ def test_the_allocators_first_lists_are_consistent():
                                   storage=True)
         try:
             assert sorted(out.get(timeout=10)[1] for _ in informers) == \
-                sorted(["node", "pod", "namespace", "pvc", "pv", "storageclass"])
+                sorted(["node", "pod", "namespace", "pvc", "pv", "storageclass", "csinode"])
             firsts = [r for r in server.requests if r.get("watch") != "true"]
-            assert len(firsts) == 6 and all("resourceVersion" not in r for r in firsts), firsts
+            assert len(firsts) == len(informers) == 7 and all("resourceVersion" not in r for r in firsts), firsts
         finally:
             for i in informers:
                 i.stop()

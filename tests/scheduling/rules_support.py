@@ -47,11 +47,11 @@ def affinity(kind: str, *terms: dict) -> dict:
 
 
 def cache_of(nodes: list, pods: list = (), claims: list = (), volumes: list = (),
-             classes: list = ()) -> SchedulerCache:
+             classes: list = (), csinodes: list = ()) -> SchedulerCache:
     c = SchedulerCache(MthreadsConfig(), kinds=("node", "pod") + STORAGE_KINDS)
     c.apply("node", "RESET", list(nodes))
     c.apply("pod", "RESET", list(pods))
-    for kind, objs in zip(STORAGE_KINDS, (claims, volumes, classes)):
+    for kind, objs in zip(STORAGE_KINDS, (claims, volumes, classes, csinodes)):
         c.apply(kind, "RESET", list(objs))
     return c
 

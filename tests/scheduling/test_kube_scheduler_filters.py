@@ -30,8 +30,18 @@ import pytest
 import requests
 import yaml
 
+from tests.builders import CSI_DRIVER, csinode
 from tests.harness.kube import ADMIN, LocalCluster, unschedulable_condition
-from tests.harness.random_cluster import FEATURES, Cluster, features, make_cluster, runtime_class
+from tests.harness.random_cluster import (
+    FEATURES,
+    HOSTNAME,
+    Cluster,
+    _claim,
+    _volume,
+    features,
+    make_cluster,
+    runtime_class,
+)
 from tests.harness.recording_extender import RecordingExtender, start_recording_scheduler
 from tests.harness.wait import wait_for
 from webhook.model.config import MthreadsConfig
@@ -39,7 +49,7 @@ from webhook.scheduling.cache import SchedulerCache
 from webhook.scheduling.feasible import node_reasons
 from webhook.scheduling.node_selector import selection_of
 from webhook.scheduling.pod_status import LIVE_PODS
-from webhook.scheduling.reasons import SPREAD
+from webhook.scheduling.reasons import MAX_VOLUME_COUNT, SPREAD
 from webhook.scheduling.reasons import VOLUME_NODE_CONFLICT as NODE_CONFLICT
 from webhook.scheduling.resources import node_allocatable, pod_requests
 from webhook.scheduling.topology_spread import constraints_of
@@ -61,7 +71,7 @@ KUBE_REASONS = (
     "didn't satisfy existing pods anti-affinity rules", "didn't match pod topology spread constraints",
     "had volume node affinity conflict", "had no available volume zone",
     "pod has unbound immediate PersistentVolumeClaims", "not found", "is being deleted",
-    "pvc(s) bound to non-existent pv(s)",
+    "pvc(s) bound to non-existent pv(s)", "node(s) exceed max volume count",
 )
 
 
@@ -127,6 +137,8 @@ def build(api: RawApi, c: Cluster) -> None:
     already there; then delete what is to be terminating."""
     for ns in c.namespaces:
         api.create("/api/v1/namespaces", {"metadata": {"name": ns}}, ok=(201, 409))
+    for n in c.csinodes:
+        api.create("/apis/storage.k8s.io/v1/csinodes", n)
     for cls in c.classes:
         api.create("/apis/storage.k8s.io/v1/storageclasses", cls)
     uids = {}
@@ -183,6 +195,8 @@ def tear_down(api: RawApi, c: Cluster) -> None:
         api.delete(f"/apis/storage.k8s.io/v1/storageclasses/{cls['metadata']['name']}", grace=None)
     for node in c.nodes:
         api.delete(f"/api/v1/nodes/{node['metadata']['name']}", grace=None)
+    for n in c.csinodes:
+        api.delete(f"/apis/storage.k8s.io/v1/csinodes/{n['metadata']['name']}", grace=None)
 
 
 @dataclass
@@ -192,12 +206,14 @@ class State:
     claims: list[dict]
     volumes: list[dict]
     classes: list[dict]
+    csinodes: list[dict] = field(default_factory=list)
 
 
 def read_state(api: RawApi) -> State:
     return State(api.items("/api/v1/nodes"), api.items("/api/v1/pods", fieldSelector=LIVE_PODS),
                  api.items("/api/v1/persistentvolumeclaims"), api.items("/api/v1/persistentvolumes"),
-                 api.items("/apis/storage.k8s.io/v1/storageclasses"))
+                 api.items("/apis/storage.k8s.io/v1/storageclasses"),
+                 api.items("/apis/storage.k8s.io/v1/csinodes"))
 
 
 def core_reasons(pod: dict, state: State) -> dict[str, str | None]:
@@ -208,6 +224,7 @@ def core_reasons(pod: dict, state: State) -> dict[str, str | None]:
     cache.apply("pvc", "RESET", state.claims)
     cache.apply("pv", "RESET", state.volumes)
     cache.apply("storageclass", "RESET", state.classes)
+    cache.apply("csinode", "RESET", state.csinodes)
     return cache.read(lambda s: node_reasons(pod, s))
 
 
@@ -671,6 +688,81 @@ def test_the_core_lets_through_the_nodes_kube_scheduler_lets_through(stack):
         shown += [d for d in found if all(d is not s for s in shown)][:max(0, DETAILS - len(shown))]
         problems += [d.describe() for d in shown]
     assert not problems, "\n\n".join(problems)
+
+
+# -- CSI attach limits: one cluster made for them ----------------------------------------------
+
+CSI_OTHER = "other.example.com"
+
+
+def csi_cluster() -> Cluster:
+    """Four nodes: k0 attaches 1 volume of the driver, k1 2, k2's CSINode lists the driver
+    without a count (and 0 of the other driver), k3 has no CSINode (csi_nodes); six CSI
+    volumes bound to claims c0..c5 and one of the other driver (c6); pods already using
+    c0 (on k0), c1 (on k1), c2 and c3 (on k2)."""
+    tag, ns = "csi", "csi-a"
+    nodes = [{"metadata": {"name": f"{tag}-k{i}", "labels": {HOSTNAME: f"{tag}-k{i}"}},
+              "spec": {"taints": []},
+              "status": {"capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+                         "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}}
+             for i in range(4)]
+    claims, volumes = [], []
+    for i in range(7):
+        driver = CSI_OTHER if i == 6 else CSI_DRIVER
+        claims.append(_claim(ns, f"c{i}", "", f"{tag}-pv{i}", True))
+        volumes.append(_volume(f"{tag}-pv{i}", "", {"csi": {"driver": driver,
+                                                            "volumeHandle": f"h{i}"}}, (ns, f"c{i}")))
+    c = Cluster(0, tag, [ns], nodes, [], claims, volumes, [], [], [], csinodes=csi_nodes(tag))
+    c.existing = [_csi_pod(f"e{i}", ns, claims, f"{tag}-k{k}")
+                  for i, (k, claims) in enumerate([(0, ["c0"]), (1, ["c1"]), (2, ["c2", "c3"])])]
+    c.pods = [_csi_pod(name, ns, claims) for name, claims in [
+        ("q-new", ["c4"]),  # k0 is full
+        ("q-shared", ["c0"]),  # the volume k0 has attached counts once there
+        ("q-two", ["c4", "c5"]),  # two more: over k0's limit and, with one there, k1's
+        ("q-plain", []),  # no volume: every node
+        ("q-other", ["c6"]),  # the other driver: k2 attaches none of it
+        ("q-again", ["c5"]),
+    ]]
+    return c
+
+
+def csi_nodes(tag: str) -> list[dict]:
+    return [csinode(f"{tag}-k0", {CSI_DRIVER: 1}), csinode(f"{tag}-k1", {CSI_DRIVER: 2}),
+            csinode(f"{tag}-k2", {CSI_DRIVER: None, CSI_OTHER: 0})]
+
+
+def _csi_pod(name: str, ns: str, claims: list[str], node: str | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "c", "image": "busybox:1.36"}],
+                  "volumes": [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}}
+                              for i, c in enumerate(claims)]}
+    if node is None:
+        spec["schedulerName"] = SCHEDULER
+    else:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+@pytest.mark.cluster
+def test_the_core_and_kube_scheduler_agree_on_csi_attach_limits(stack):
+    """kube-scheduler 1.20's NodeVolumeLimits (CSINode counts) and the core's csi_limits.py,
+    pod by pod on the same state."""
+    api, extender, scheduler = stack
+    c = csi_cluster()
+    extender.choose = chooser(47)
+    try:
+        build(api, c)
+        settle(api, extender, c)
+        outcomes = [run_pod(api, extender, c, pod) for pod in c.pods]
+    finally:
+        tear_down(api, c)
+    found = [d for o in outcomes for d in differences(o)]
+    assert not found, "\n\n".join(d.describe() for d in found)
+    assert not [a for o in outcomes for a in o.anomalies]
+    limited = [o for o in outcomes if not isinstance(o.reasons, str)
+               and MAX_VOLUME_COUNT in o.reasons.values()]
+    assert {_name(o.pod) for o in limited} >= {"csi-a/q-new", "csi-a/q-two"}, \
+        [(o.pod["metadata"]["name"], o.reasons) for o in outcomes]
+    assert all(o.passed for o in limited)  # kube-scheduler bound them elsewhere: the limit, per node
 
 
 # -- the comparison itself, without a cluster --------------------------------------------------

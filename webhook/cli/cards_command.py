@@ -116,13 +116,14 @@ async def _explain(api, what: str, pod: dict, config: Config, created: bool = Tr
     """The explanation of `pod` (`created`: by the API server, else a pod of a file) on the
     cluster as the API server holds it now."""
     from ..kube.informer import NAMESPACE_WATCH, STORAGE_WATCHES
+    from ..scheduling.csi_limits import attachable
     from ..scheduling.pod_affinity import names_namespace_selector
-    from ..scheduling.volumes import claim_names
+    from ..scheduling.pod_facts import inline_disks
     from .explain_report import explain_pod
     nodes = await _list(api, what, "/api/v1/nodes")
     pods = await _list(api, what, "/api/v1/pods")
     storage = {kind: await _list(api, what, path) for kind, path in STORAGE_WATCHES} \
-        if claim_names(pod) else {}
+        if attachable(inline_disks(pod)) else {}
     # their labels change an answer only through a term's namespaceSelector: listed then only
     namespaces = await _list(api, what, NAMESPACE_WATCH[1]) \
         if any(names_namespace_selector(p) for p in [pod, *pods]) else []

@@ -32,9 +32,10 @@ class Explained:
 def explain_pod(pod: dict, nodes: list[dict], pods: list[dict], config: Config,
                 storage: dict[str, list[dict]] | None = None,
                 namespaces: list[dict] | None = None) -> Explained:
-    """`storage`: the claims, volumes and classes by kind ("pvc", "pv", "storageclass"), read
-    when the pod names a claim (the allocator's volume rules read them); `namespaces`: the
-    Namespaces (the labels affinity terms' namespaceSelector reads)."""
+    """`storage`: the claims, volumes, classes and CSINodes by kind ("pvc", "pv",
+    "storageclass", "csinode"), read when the pod names a claim or an in-tree disk (the
+    allocator's volume rules read them); `namespaces`: the Namespaces (the labels affinity
+    terms' namespaceSelector reads)."""
     if is_bound(pod):
         return Explained(name_of(pod), pod["spec"]["nodeName"], None, {})
     storage = storage or {}

@@ -37,7 +37,25 @@ def read_pod(path: str) -> dict:
         raise StartupError(f"cards what-if: {path}: the Pod has no spec.containers")
     if not isinstance(doc.get("metadata") or {}, dict):
         raise StartupError(f"cards what-if: {path}: metadata is not a mapping")
+    wrong = _volume_not_read(spec.get("volumes"))
+    if wrong:  # the volume rules read each volume's source (scheduling/pod_facts.py)
+        raise StartupError(f"cards what-if: {path}: {wrong}")
     return doc
+
+
+def _volume_not_read(volumes: object) -> str | None:
+    """What of spec.volumes is not of the shape the API server stores, or None."""
+    if volumes is None:
+        return None
+    if not isinstance(volumes, list):
+        return "spec.volumes is not a list"
+    for i, v in enumerate(volumes):
+        if not isinstance(v, dict):
+            return f"spec.volumes[{i}] is not a mapping"
+        for key, source in v.items():
+            if key != "name" and source is not None and not isinstance(source, dict):
+                return f"spec.volumes[{i}].{key} is not a mapping"
+    return None
 
 
 def admitted(doc: dict, config: Config) -> dict | str:

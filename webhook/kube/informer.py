@@ -176,16 +176,19 @@ def _named(obj: object) -> str:
         return "an unnamed object"
 
 
-# (kind, path) of the watches of the volumes a pod's claims name
+# (kind, path, fieldSelector) of the watch of namespaces (affinity terms' namespaceSelector)
 NAMESPACE_WATCH = ("namespace", "/api/v1/namespaces", None)
+# (kind, path) of the watches of the volumes a pod's claims name, and of the CSINodes that
+# bound how many a node attaches
 STORAGE_WATCHES = [("pvc", "/api/v1/persistentvolumeclaims"), ("pv", "/api/v1/persistentvolumes"),
-                   ("storageclass", "/apis/storage.k8s.io/v1/storageclasses")]
+                   ("storageclass", "/apis/storage.k8s.io/v1/storageclasses"),
+                   ("csinode", "/apis/storage.k8s.io/v1/csinodes")]
 
 
 def cluster_watches(pods: str, storage: bool = False) -> list[tuple[str, str, str | None]]:
     """(kind, path, fieldSelector) of the watches a pod cache is fed from: every node, the pods
     the field selector `pods` selects, every namespace (the labels affinity terms'
-    namespaceSelector reads), and with `storage` every claim, volume and class."""
+    namespaceSelector reads), and with `storage` every claim, volume, class and CSINode."""
     return [("node", "/api/v1/nodes", None), ("pod", "/api/v1/pods", pods), NAMESPACE_WATCH] + \
         [(kind, path, None) for kind, path in STORAGE_WATCHES if storage]
 

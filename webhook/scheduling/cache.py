@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-STORAGE_KINDS = ("pvc", "pv", "storageclass")  # the allocator's watches of volumes
+STORAGE_KINDS = ("pvc", "pv", "storageclass", "csinode")  # the allocator's watches of volumes
 NAMESPACE = "namespace"  # the watch of namespaces (affinity terms' namespaceSelector)
 READ, DROPPED = "read", "dropped"  # what a refused binding leaves to do (binding_refused)
 # (priority, terminating) of the bound pods, one copy each: a cluster has a few priorities

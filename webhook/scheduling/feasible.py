@@ -5,7 +5,9 @@ order, each node's reason the first that fails.
     NodePorts              host ports in use
     NodeResourcesFit       pods; cpu, memory, ephemeral storage, every other resource the pod
                            requests (sidecars, pod-level resources: effective_requests.py)
-    VolumeRestrictions     inline disks only one node may mount read-write
+    VolumeRestrictions     inline disks only one node may mount read-write; ReadWriteOncePod
+                           claims another pod uses (volume_access.py)
+    NodeVolumeLimits       CSI drivers' attach limits (csi_limits.py)
     VolumeBinding          claims: bound volumes' node affinity (volumes.py)
     VolumeZone             claims: bound volumes' zone and region labels
     PodTopologySpread      DoNotSchedule constraints
@@ -24,16 +26,26 @@ from typing import Mapping
 
 from ..base.json_types import JsonObject
 from . import reasons
+from .csi_limits import attachable, csi_limits_reason
 from .effective_requests import requests_problem
 from .node_fit import NodeRules, node_rules_of, resources_reason, untolerated_taint
 from .nominated import affinity_with, disks_taken, ports_of, requested_with
 from .pod_affinity import AffinityCounts, affinity_counts, affinity_reason
-from .pod_facts import ANY_IP, HostPort, PodFacts, affinity_terms, disks_conflict, facts_of
+from .pod_facts import (
+    ANY_IP,
+    INLINE_DISKS,
+    HostPort,
+    PodFacts,
+    affinity_terms,
+    disks_conflict,
+    facts_of,
+)
 from .priority import pod_priority
 from .resource_claims import claims_refusal
 from .resources import Resources, pod_requests
 from .state import ClusterState, NodeInfo
 from .topology_spread import SpreadCounts, constraints_of, spread_counts, spread_reason
+from .volume_access import once_pod_claim_in_use
 from .volumes import NO_VOLUMES, PodVolumes, pod_volumes, volumes_reason
 
 
@@ -48,6 +60,8 @@ class NodeChecks:
     refusal: str | None = None  # every node's reason
     priority: int = 0  # the pod's, and its uid: which nominated pods it yields to (nominated.py)
     uid: str = ""
+    once_pod_conflict: bool = False  # a ReadWriteOncePod claim of the pod is in use
+    attachable: tuple[tuple[object, ...], ...] = ()  # its volumes NodeVolumeLimits counts
 
     def reason(self, info: NodeInfo, state: ClusterState) -> str | None:
         """The first of the filters that refuses the node, or None."""
@@ -72,6 +86,11 @@ class NodeChecks:
         if self.facts.disks and (_disks_taken(self.facts.disks, state.pods.disks.get(info.name))
                                  or (ahead and disks_taken(self.facts.disks, ahead))):
             return reasons.DISK_CONFLICT
+        if self.once_pod_conflict:
+            return reasons.RWOP_CONFLICT
+        if self.attachable and (reason := csi_limits_reason(
+                self.attachable, info.obj, state.pods.disks.get(info.name) or (), state.storage)):
+            return reason
         if not self.volumes.none and (reason := volumes_reason(self.volumes, info.obj)):
             return reason
         labels = state.labels.get(info.name) or {}
@@ -127,7 +146,10 @@ def node_checks(pod: JsonObject, state: ClusterState, binder: bool = False,
                                state.namespaces)
     uid = (pod.get("metadata") or {}).get("uid")
     return NodeChecks(rules, wants, facts, volumes, spread, None if affinity.idle else affinity,
-                      priority=pod_priority(pod), uid=uid if isinstance(uid, str) else "")
+                      priority=pod_priority(pod), uid=uid if isinstance(uid, str) else "",
+                      once_pod_conflict=bool(facts.disks) and once_pod_claim_in_use(
+                          facts.disks, state.storage, state.pods.claim_users),
+                      attachable=attachable(facts.disks))
 
 
 def node_reasons(pod: JsonObject, state: ClusterState) -> dict[str, str | None]:
@@ -150,4 +172,7 @@ def _ports_taken(wanted: tuple[HostPort, ...], used: Mapping[HostPort, int] | No
 
 def _disks_taken(wanted: tuple[tuple[object, ...], ...],
                  mounted: Mapping[tuple[object, ...], int] | None) -> bool:
-    return bool(mounted) and any(disks_conflict(w, m) for w in wanted for m in mounted or ())
+    if not mounted:
+        return False
+    disks = [w for w in wanted if w[0] in INLINE_DISKS]  # claims conflict so with nothing
+    return bool(disks) and any(disks_conflict(w, m) for w in disks for m in mounted)

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 # The Kubernetes kind of each kind of watch, for an event's involvedObject.
 KINDS = {"node": ("v1", "Node"), "pod": ("v1", "Pod"), "pvc": ("v1", "PersistentVolumeClaim"),
          "pv": ("v1", "PersistentVolume"), "storageclass": ("storage.k8s.io/v1", "StorageClass"),
-         "namespace": ("v1", "Namespace")}
+         "namespace": ("v1", "Namespace"), "csinode": ("storage.k8s.io/v1", "CSINode")}
 
 
 @dataclass(frozen=True, slots=True)
 class ObjectError:
-    kind: str  # the watch's kind: "pod", "node", "pvc", "pv", "storageclass"
+    kind: str  # the watch's kind: "pod", "node", "pvc", "pv", "storageclass", "csinode"
     namespace: str
     name: str  # "" when the object names none (a list, or no readable metadata)
     uid: str

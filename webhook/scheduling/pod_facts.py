@@ -46,7 +46,10 @@ class PodFacts:
     ports: tuple[HostPort, ...] = ()
     anti_affinity: tuple[AffinityTerm, ...] = ()
     terminating: bool = False
-    disks: tuple[tuple[object, ...], ...] = ()  # inline volumes VolumeRestrictions compares
+    # the volumes other pods' rules compare: the inline disks (VolumeRestrictions), and the
+    # claims and in-tree disks a CSI driver attaches (ReadWriteOncePod, NodeVolumeLimits:
+    # csi_limits.py); empty, the one empty tuple, for a pod without any
+    disks: tuple[tuple[object, ...], ...] = ()
 
 
 # Replicas carry the same labels: one dict for all of them, kept while a counted pod holds it
@@ -138,11 +141,30 @@ def host_ports(pod: JsonObject) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
+# The kinds of `PodFacts.disks` that are no inline disk of VolumeRestrictions: (kind, namespace,
+# claim name) of a persistentVolumeClaim volume or a generic ephemeral volume's claim; (kind,
+# id) of an in-tree Azure disk or Cinder volume (counted once migrated to CSI)
+CLAIM, EPHEMERAL_CLAIM, AZURE_DISK, CINDER = "claim", "ephemeral", "azuredisk", "cinder"
+_NOT_DISKS = frozenset((CLAIM, EPHEMERAL_CLAIM, AZURE_DISK, CINDER))
+INLINE_DISKS = frozenset(("gce", "ebs", "iscsi", "rbd"))  # the kinds VolumeRestrictions compares
+
+
 def inline_disks(pod: JsonObject) -> tuple[tuple[object, ...], ...]:
-    """The volumes only one node may mount read-write: GCE PD, AWS EBS, iSCSI, RBD."""
+    """The volumes only one node may mount read-write (GCE PD, AWS EBS, iSCSI, RBD), then the
+    pod's claims and the other in-tree disks a CSI driver may attach (csi_limits.py)."""
     out: list[tuple[object, ...]] = []
+    meta = pod.get("metadata") or {}
+    namespace = one_name(meta.get("namespace") or "")
     for v in (pod.get("spec") or {}).get("volumes") or ():
-        if (d := v.get("gcePersistentDisk")) is not None:
+        if (c := v.get("persistentVolumeClaim")) is not None:
+            out.append((CLAIM, namespace, c.get("claimName") or ""))
+        elif v.get("ephemeral") is not None:  # its claim's name: upstream's VolumeClaimName
+            out.append((EPHEMERAL_CLAIM, namespace, f"{meta.get('name', '')}-{v.get('name', '')}"))
+        elif (d := v.get("azureDisk")) is not None:
+            out.append((AZURE_DISK, d.get("diskURI")))
+        elif (d := v.get("cinder")) is not None:
+            out.append((CINDER, d.get("volumeID")))
+        elif (d := v.get("gcePersistentDisk")) is not None:
             out.append(("gce", d.get("pdName"), bool(d.get("readOnly"))))
         elif (d := v.get("awsElasticBlockStore")) is not None:
             out.append(("ebs", d.get("volumeID")))
@@ -156,8 +178,8 @@ def inline_disks(pod: JsonObject) -> tuple[tuple[object, ...], ...]:
 
 def disks_conflict(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     """kube-scheduler's VolumeRestrictions: the same disk, unless both mount it read-only
-    (an EBS volume even then)."""
-    if a[0] != b[0]:
+    (an EBS volume even then). Claims and the other attachable volumes never conflict so."""
+    if a[0] != b[0] or a[0] in _NOT_DISKS:
         return False
     if a[0] == "ebs":
         return a[1] == b[1]

@@ -18,7 +18,7 @@ from itertools import chain
 from typing import Iterable
 
 from .label_selector import Selector
-from .pod_facts import AffinityTerm, HostPort, PodFacts
+from .pod_facts import CLAIM, AffinityTerm, HostPort, PodFacts
 from .shares import PodShare
 
 KEYS_KEPT = 64  # label keys indexed per namespace; a question about another reads the namespace
@@ -29,7 +29,10 @@ class PodIndex:
         self.on_node: dict[str, dict[str, PodFacts]] = {}  # node -> uid -> facts
         self.in_namespace: dict[str, dict[str, PodShare]] = {}  # ns -> uid -> share (node, pod)
         self.ports: dict[str, Counter[HostPort]] = {}  # node -> host ports in use
-        self.disks: dict[str, Counter[tuple[object, ...]]] = {}  # node -> inline disks mounted
+        # node -> the inline disks mounted and the claims used (PodFacts.disks)
+        self.disks: dict[str, Counter[tuple[object, ...]]] = {}
+        # (namespace, claim) -> the pods using it, on any node (ReadWriteOncePod: volume_access.py)
+        self.claim_users: Counter[tuple[str, str]] = Counter()
         self.anti_affinity: dict[AffinityTerm, Counter[str]] = {}  # term -> node -> pods holding it
         # namespace -> label key -> value -> uid -> share, for the keys asked about there
         self.by_label: dict[str, dict[str, dict[str, dict[str, PodShare]]]] = {}
@@ -71,6 +74,9 @@ class PodIndex:
             self.ports.setdefault(node, Counter()).update(facts.ports)
         if facts.disks:
             self.disks.setdefault(node, Counter()).update(facts.disks)
+            for d in facts.disks:
+                if d[0] == CLAIM:
+                    self.claim_users[_claim_key(d)] += 1
         for term in facts.anti_affinity:
             self.anti_affinity.setdefault(term, Counter())[node] += 1
 
@@ -92,13 +98,24 @@ class PodIndex:
             _subtract(self.ports, node, facts.ports)
         if facts.disks:
             _subtract(self.disks, node, facts.disks)
+            for d in facts.disks:
+                if d[0] == CLAIM:
+                    claim = _claim_key(d)
+                    self.claim_users[claim] -= 1
+                    if self.claim_users[claim] <= 0:
+                        del self.claim_users[claim]
         for term in facts.anti_affinity:
             _subtract(self.anti_affinity, term, (node,))
 
     def clear(self) -> None:
         for m in (self.on_node, self.in_namespace, self.ports, self.disks, self.anti_affinity,
-                  self.by_label):
+                  self.by_label, self.claim_users):
             m.clear()
+
+
+def _claim_key(disk: tuple[object, ...]) -> tuple[str, str]:
+    """(namespace, name) of a claim of PodFacts.disks."""
+    return str(disk[1]), str(disk[2])
 
 
 def _pop(m: dict, key: object, uid: str) -> None:  # type: ignore[type-arg]

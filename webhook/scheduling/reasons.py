@@ -31,6 +31,11 @@ DELAYED_BINDING = ("pod has unbound WaitForFirstConsumer PersistentVolumeClaims,
                    "allocator does not provision (mode=extender places them)")
 VOLUME_NODE_CONFLICT = "node(s) had volume node affinity conflict"
 VOLUME_ZONE_CONFLICT = "node(s) had no available volume zone"
+# VolumeRestrictions (1.29 GA): a ReadWriteOncePod claim another pod uses (volume_access.py)
+RWOP_CONFLICT = ("node has pod using PersistentVolumeClaim with the same name and "
+                 "ReadWriteOncePod access mode")
+# NodeVolumeLimits: a CSI driver's attach limit on the node (csi_limits.py)
+MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 # Every node's, before any is read: the pod's node rules times the nodes pass the decision's
 # budget (feasible.NODE_RULES_BUDGET)
 TOO_MANY_NODE_RULES = ("pod has more tolerations, nodeSelector entries and node affinity terms "
@@ -61,7 +66,8 @@ ALL = (NOT_READY, UNSCHEDULABLE, TAINTED, AFFINITY, INSUFFICIENT_CPU, INSUFFICIE
        PV_NOT_EXIST, DELAYED_BINDING, VOLUME_NODE_CONFLICT, VOLUME_ZONE_CONFLICT, TOO_MANY_NODE_RULES,
        NO_DEVICE, INCONSISTENT, TYPE_MISMATCH, UUID_MISMATCH, CORDONED,
        EXCLUSIVE_CONFLICT, TIME_SLICING_EXHAUSTED, CORES_EXHAUSTED, INSUFFICIENT_CARD_MEMORY,
-       INSUFFICIENT_CARD_CORES)
+       INSUFFICIENT_CARD_CORES,
+       RWOP_CONFLICT, MAX_VOLUME_COUNT)
 
 # Not about a node: the pod itself breaks the admission rules (created while the webhook was down).
 INVALID_REQUEST = "InvalidRequest"

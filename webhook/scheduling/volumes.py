@@ -36,18 +36,23 @@ ZONES_DELIMITER = "__"
 
 
 class Storage:
-    """The claims, volumes and classes as the watches show them."""
+    """The claims, volumes, classes and CSINodes as the watches show them."""
 
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], JsonObject] = {}
         self.volumes: dict[str, JsonObject] = {}
         self.classes: dict[str, JsonObject] = {}
+        self.csinodes: dict[str, JsonObject] = {}  # by node name: its CSI drivers' attach limits
+        # csi_limits' reading of each claim (its driver and volume), until any of these changes
+        self.attached_as: dict[tuple[object, ...], tuple[str, str] | None] = {}
 
     def apply(self, kind: str, event: str, obj: JsonObject | list[JsonObject]) -> None:
-        """An informer's event of kind "pvc", "pv" or "storageclass"."""
+        """An informer's event of kind "pvc", "pv", "storageclass" or "csinode"."""
         store = cast("dict[object, JsonObject]",
-                     {"pvc": self.claims, "pv": self.volumes, "storageclass": self.classes}[kind])
+                     {"pvc": self.claims, "pv": self.volumes, "storageclass": self.classes,
+                      "csinode": self.csinodes}[kind])
         key = _claim_key if kind == "pvc" else _name
+        self.attached_as.clear()
         if event == "RESET":
             store.clear()
             store.update((key(o), o) for o in cast("list[JsonObject]", obj))
@@ -91,7 +96,7 @@ def claim_names(pod: JsonObject) -> list[tuple[str, bool]]:
     return out
 
 
-def _class_of(claim: JsonObject) -> str:
+def class_of(claim: JsonObject) -> str:
     ann = claim["metadata"].get("annotations") or {}
     if BETA_CLASS in ann:
         return cast(str, ann[BETA_CLASS])
@@ -99,7 +104,7 @@ def _class_of(claim: JsonObject) -> str:
 
 
 def _delayed(claim: JsonObject, storage: Storage) -> bool:
-    cls = storage.classes.get(_class_of(claim))
+    cls = storage.classes.get(class_of(claim))
     return cls is not None and cls.get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER
 
 
