@@ -20,7 +20,7 @@ from tests.scheduling.rules_support import (
 from webhook.model import annotations as keys
 from webhook.model.config import Config, MthreadsConfig
 from webhook.scheduling import reasons
-from webhook.scheduling.cache import SchedulerCache
+from webhook.scheduling.cache import NAMESPACE, SchedulerCache
 from webhook.scheduling.decide import NoFit, Placement, place
 from webhook.scheduling.explain import explain
 from webhook.scheduling.priority import pod_priority
@@ -103,6 +103,39 @@ def test_the_filters_with_nominated_pods(case, others, new, expected):
         nodes = [node("n1", pods="1"), node("n2", pods="1")]
         new = deciding()
     assert reasons_for(new, cache_of(nodes, others)) == expected
+
+
+def _selecting_team(team: str, **match) -> dict:
+    """A required anti-affinity term over the namespaces labelled team=`team`."""
+    return {**term(HOST, **match), "namespaceSelector": {"matchLabels": {"team": team}}}
+
+
+@pytest.mark.parametrize("case, others, new, expected", [
+    ("the pod's namespaceSelector term selects a nominee in a namespace it matches",
+     [nominee("n", labels=WEB, ns="b")],
+     deciding(labels=WEB, **affinity("podAntiAffinity", _selecting_team("blue", app="web"))),
+     {"n1": reasons.ANTI_AFFINITY_RULES, "n2": None}),
+    ("... and not one in a namespace it does not match",
+     [nominee("n", labels=WEB, ns="c")],
+     deciding(labels=WEB, **affinity("podAntiAffinity", _selecting_team("blue", app="web"))),
+     {"n1": None, "n2": None}),
+    ("a nominee's namespaceSelector term reads the pod's namespace's labels",
+     [nominee("n", labels=DB, ns="c", **affinity("podAntiAffinity", _selecting_team("blue", app="web")))],
+     deciding(labels=WEB), {"n1": reasons.EXISTING_ANTI_AFFINITY, "n2": None}),
+    ("... which do not match another team's selector",
+     [nominee("n", labels=DB, ns="c", **affinity("podAntiAffinity", _selecting_team("red", app="web")))],
+     deciding(labels=WEB), {"n1": None, "n2": None}),
+])
+def test_nominated_pods_and_namespace_selectors(case, others, new, expected):
+    """The pod (namespace a, team=blue) against nominees in b (blue) and c (red): the terms'
+    namespaceSelectors read the namespaces' labels on the nominated pods' pass as on the bound."""
+    c = SchedulerCache(MthreadsConfig(), kinds=("node", "pod", NAMESPACE))
+    c.apply("node", "RESET", TWO)
+    c.apply(NAMESPACE, "RESET", [
+        {"metadata": {"name": n, "labels": {"team": t}}} for n, t in
+        (("a", "blue"), ("b", "blue"), ("c", "red"))])
+    c.apply("pod", "RESET", others)
+    assert reasons_for(new, c) == expected
 
 
 def test_without_nominations_the_index_holds_nothing():
