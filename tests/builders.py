@@ -181,9 +181,41 @@ def ephemeral_update(p: dict, debug: dict, legacy: bool = False) -> dict:
     return review(new, "UPDATE", p, sub_resource="ephemeralcontainers")
 
 
+# The fields an object's parts are read by (a container's resources, a node's status, any
+# object's metadata): a Raising part raises on each of them.
+_READ_FIELDS = ("requests", "limits", "claims",
+                "allocatable", "capacity", "conditions", "images", "nodeInfo", "addresses",
+                "volumesAttached", "volumesInUse", "phase",
+                "name", "namespace", "uid", "annotations", "labels", "deletionTimestamp",
+                "ownerReferences", "resourceVersion", "generateName", "creationTimestamp",
+                "finalizers")
+
+
+class _Unreadable:
+    """A key that stands where `field` would and raises when compared with it: compiled code
+    (mypyc) reads a dict subclass's storage directly, past its methods, and a lookup of
+    `field` compares the stored key of the same hash."""
+
+    def __init__(self, field: str) -> None:
+        self.field, self._hash = field, hash(field)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("injected failure")
+
+    def __repr__(self) -> str:
+        return f"<unreadable {self.field}>"
+
+
 class Raising(dict):
     """A part of an object that raises whenever it is read (issue 46: an object whose
-    decision or indexing raises, without depending on any one parser's bug)."""
+    decision or indexing raises, without depending on any one parser's bug), by its methods
+    (interpreted code) or by its storage (compiled code)."""
+
+    def __init__(self) -> None:
+        super().__init__((_Unreadable(f), None) for f in _READ_FIELDS)
 
     def _raise(self, *args, **kwargs):
         raise RuntimeError("injected failure")
