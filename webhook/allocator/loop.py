@@ -7,7 +7,9 @@ shares, and the lifecycle of the ones we assume) and, while the pod waits, to th
 queue (scheduling/queue.py: the order and each pod's backoff). Every API call runs elsewhere,
 on the I/O loop's thread (kube/io_loop.py): the watches, the bindings and the re-reads of pods
 whose binding outcome is unknown (the binder's), whose outcomes come back through the same
-event queue as the watch events, and the reports on unschedulable pods (the reporter's).
+event queue as the watch events, and the reports on unschedulable pods (the reporter's). What
+a binding's outcome does to the cache, and when an unknown one is read again, is the binding
+cycle's (scheduling/binding_cycle.py), the extender's too.
 
 No object stops the loop (issue 46): an event whose object raises while applied, and a pod
 whose decision raises, are told of (observe/object_errors.py) and skipped; such a pod is
