@@ -12,11 +12,11 @@ import pytest
 from tests.builders import mt_node, sched_pod, slice_, whole
 from tests.harness.fake_api import FakeApi
 from tests.harness.wait import wait_for
-from webhook.allocator import loop
 from webhook.allocator.loop import Allocator
 from webhook.metrics.allocator_metrics import Metrics
 from webhook.model import annotations as keys
 from webhook.model.config import parse_config
+from webhook.scheduling import binding_cycle
 from webhook.scheduling import queue as pending_queue
 from webhook.scheduling.cache import Phase
 
@@ -111,7 +111,7 @@ def test_409_is_read_off_the_decision_thread_and_the_real_binding_counts(alloc):
 
 
 def test_unknown_outcome_holds_the_cards_until_a_read_says_unbound(alloc, monkeypatch):
-    monkeypatch.setattr(loop, "REREAD_EVERY", 0.0)
+    monkeypatch.setattr(binding_cycle, "REREAD_EVERY", 0.0)
     p = add(alloc, sched_pod(whole(1)))
     alloc.api.raise_error = True
     alloc.schedule_pass()

@@ -7,7 +7,9 @@ shares, and the lifecycle of the ones we assume) and, while the pod waits, to th
 queue (scheduling/queue.py: the order and each pod's backoff). Every API call runs elsewhere,
 on the I/O loop's thread (kube/io_loop.py): the watches, the bindings and the re-reads of pods
 whose binding outcome is unknown (the binder's), whose outcomes come back through the same
-event queue as the watch events, and the reports on unschedulable pods (the reporter's).
+event queue as the watch events, and the reports on unschedulable pods (the reporter's). What
+a binding's outcome does to the cache, and when an unknown one is read again, is the binding
+cycle's (scheduling/binding_cycle.py), the extender's too.
 
 No object stops the loop (issue 46): an event whose object raises while applied, and a pod
 whose decision raises, are told of (observe/object_errors.py) and skipped; such a pod is
@@ -35,7 +37,8 @@ from ..model.cards import Fleet
 from ..model.config import Config
 from ..scheduling import reasons
 from ..scheduling.binding import binding_body
-from ..scheduling.cache import DROPPED, NAMESPACE, READ, STORAGE_KINDS, Phase, SchedulerCache
+from ..scheduling.binding_cycle import BindingCycle, Outcome
+from ..scheduling.cache import NAMESPACE, STORAGE_KINDS, SchedulerCache
 from ..scheduling.cycle_state import cycle_of
 from ..scheduling.decide import NoFit, Placement, place
 from ..scheduling.node_annotations import WARNING_REASON, IgnoredEntries
@@ -46,7 +49,6 @@ from ..scheduling.request import request_of
 
 log = logging.getLogger(__name__)
 
-REREAD_EVERY = 1.0  # seconds between re-reads of one pod whose binding outcome is unknown
 LOOP_PAUSE = 1.0  # seconds the loop waits after a pass that raised outside any one object
 
 
@@ -75,13 +77,16 @@ class Allocator:
         self.cache = SchedulerCache(self.config.mthreads,
                                     kinds=("node", "pod", NAMESPACE) + STORAGE_KINDS)
         self.queue = PendingQueue(self.config.scheduler_name, self.backoff, lambda: self.clock())
-        self.reading: set[str] = set()  # uncertain pods whose re-read is under way
-        self.last_read: dict[str, float] = {}  # uid -> monotonic of its last re-read
+        self.cycle = BindingCycle(self.cache)  # the outcomes, and the re-reads they need
+
+    @property
+    def reading(self) -> set[str]:
+        """The uncertain pods whose re-read is under way."""
+        return self.cycle.reading
 
     def _settled(self, uid: str) -> None:
         """The pod was seen bound or gone: nothing of it waits here any more."""
         self.queue.remove(uid)
-        self.last_read.pop(uid, None)
         self.reporter.forget(uid)
 
     # sessions
@@ -179,7 +184,7 @@ class Allocator:
     # decisions
     def schedule_pass(self) -> int:
         """Try every pending pod that is due; returns the number of bindings sent."""
-        self._reread_uncertain()
+        self.cycle.reread_due(self._reread)
         bound = 0
         for pod in self.queue.due(self.cache.generation):
             uid = uid_of(pod)
@@ -228,62 +233,48 @@ class Allocator:
             return 0
         body = binding_body(meta["namespace"], meta["name"], meta["uid"], p, time.time_ns(),
                             with_annotations=mthreads)
-        self.cache.assume(p.share, meta["namespace"], meta["name"])
+        self.cycle.assume(p.share, meta["namespace"], meta["name"])
         try:
             self.binder.submit(self.session, body, (pod, p))
         except Exception:
-            self.cache.forget(p.share)  # nothing will be written: the cards are free again
+            self.cycle.not_written(p.share)  # nothing will be written: the cards are free again
             raise
         self.queue.remove(meta["uid"])
         return 1
 
     def _bind_outcome(self, o: BindOutcome) -> None:
+        """A write's outcome, applied by the binding cycle; what is left is the queue's and
+        the logs' (a re-read it starts comes back as a READ_OUTCOME)."""
         meta = o.body["metadata"]
         uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
         pod, placement = o.context  # as submitted in bind()
-        share = placement.share
-        if o.status is None:
-            # we do not know whether it happened: hold the share until a read tells us
-            self.cache.binding_unknown(share)
+        if o.status is not None:
+            self.metrics.bind_seconds.observe(o.seconds)
+        outcome, _ = self.cycle.outcome(placement.share, ns, name, o.status, self._reread)
+        if outcome is Outcome.UNKNOWN:
             log.warning("bind %s/%s: %s; outcome unknown, holding its cards until re-read",
                         ns, name, o.message)
-            return
-        self.metrics.bind_seconds.observe(o.seconds)
-        if o.ok:
-            self.cache.finish_binding(share)
+        elif outcome is Outcome.BOUND:
             self.metrics.allocated.inc()
             self.reporter.forget(uid)
             devices = meta.get("annotations", {}).get(keys.ALLOCATED, "-")
             log.info("bound %s/%s to %s: %s", ns, name, placement.node, devices)
-            return
-        left = self.cache.binding_refused(share, o.status)
-        if left == READ:  # gone, or bound by someone else: the share is held till a read tells
+        elif outcome is Outcome.READ_NOW:  # gone, or bound by someone else: held till a read
             log.info("bind %s/%s: %s; re-reading it", ns, name, o.message)
-            self._reread(uid, ns, name)
-        elif left == DROPPED:  # nothing was written: it waits again
+        elif outcome is Outcome.DROPPED:  # nothing was written: it waits again
             log.warning("bind %s/%s: %s", ns, name, o.message)
             self.queue.write_failed(pod)
 
     def _reread(self, uid: str, ns: str, name: str) -> None:
-        self.reading.add(uid)
-        self.last_read[uid] = time.monotonic()
+        """The binding cycle's re-read: a GET on the I/O loop; its answer, a READ_OUTCOME."""
         self.binder.reread(self.session, uid, ns, name)
 
     def _read_outcome(self, o: ReadOutcome) -> None:
-        self.reading.discard(o.uid)
-        if self.cache.phase(o.uid) is not Phase.UNCERTAIN:
-            return
-        outcome = self.cache.resolved(o.uid, o.status, o.pod)
-        if outcome == "unbound":  # our binding did not happen: it waits again
+        told = self.cycle.read_answer(o.uid, o.status, o.pod)
+        if told == "unbound":  # our binding did not happen: it waits again
             self.queue.upsert(o.pod)
-        elif outcome in ("bound", "gone"):
+        elif told in ("bound", "gone"):
             self._settled(o.uid)
-
-    def _reread_uncertain(self) -> None:
-        now = time.monotonic()
-        for uid, ns, name in self.cache.uncertain():
-            if uid not in self.reading and now - self.last_read.get(uid, 0.0) >= REREAD_EVERY:
-                self._reread(uid, ns, name)
 
     # the loop
     def update_gauges(self) -> None:

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import threading
 
+from ..base.json_types import JsonObject
 from ..kube.informer import NAMESPACE_WATCH, STORAGE_WATCHES
 from ..model.config import Config
-from ..scheduling.cache import NAMESPACE, STORAGE_KINDS, Assumed, Phase, SchedulerCache
+from ..scheduling.binding_cycle import BindingCycle, Outcome, R, Read
+from ..scheduling.cache import NAMESPACE, STORAGE_KINDS, Assumed, Phase, SchedulerCache, Snapshot
 from ..scheduling.cycle_state import forget as forget_pod
 from ..scheduling.cycle_state import rules_of
 from ..scheduling.decide import Placement
@@ -34,6 +36,7 @@ from ..scheduling.object_errors import ObjectError, object_error
 from ..scheduling.pod_status import BOUND_LIVE_PODS, uid_of, waiting_for
 from ..scheduling.preemption import victims_on
 from ..scheduling.request import PodAsk
+from ..scheduling.shares import PodShare
 from .decisions import choose, fitting_nodes, node_refusal, pick, room_outside, scores
 
 RESERVE_FOR = 30.0  # seconds a filter's choice is held for the bind that writes it
@@ -48,6 +51,7 @@ class Cache:
         self.config = config
         self.core = SchedulerCache(config.mthreads, shows_unbound=False,
                                    kinds=("node", "pod", NAMESPACE) + STORAGE_KINDS)
+        self._cycle = BindingCycle(self.core)  # the binds' outcomes, and the re-reads they need
         self._waiting_lock = threading.Lock()
         self._waiting: dict[str, dict] = {}  # uid -> a pod waiting for our scheduler, as watched
         # Decisions need the nodes, the bound pods and the volumes listed; not the pods waiting
@@ -201,3 +205,45 @@ class Cache:
 
     def scores(self, pod: dict, ask: PodAsk, names: list[str]) -> list[tuple[str, int]]:
         return self.core.read(lambda state: scores(pod, ask, names, state, self.config))
+
+    # the binding cycle (scheduling/binding_cycle.py): the bind verb's writes and re-reads
+    def not_written(self, share: PodShare) -> bool:
+        """Nothing was sent for the share: its cards are free again."""
+        return self._cycle.not_written(share)
+
+    def binding_outcome(self, share: PodShare, namespace: str, name: str, status: int | None,
+                        read: Read[R]) -> tuple[Outcome, R | None]:
+        """A write's outcome applied to the cache; with what `read` returned if a re-read was
+        started (404/409)."""
+        return self._cycle.outcome(share, namespace, name, status, read)
+
+    def reread_now(self, uid: str, namespace: str, name: str, read: Read[R]) -> R:
+        """A re-read of the pod started now (`read`)."""
+        return self._cycle.read_now(uid, namespace, name, read)
+
+    def reread_due(self, read: Read[R]) -> list[R]:
+        """A re-read started (`read`) for each pod whose binding outcome is unknown and due."""
+        return self._cycle.reread_due(read)
+
+    def read_answer(self, uid: str, status: int, pod: JsonObject | None) -> str | None:
+        """What a re-read told (binding_cycle.BindingCycle.read_answer)."""
+        return self._cycle.read_answer(uid, status, pod)
+
+    def in_doubt(self, uid: str) -> bool:
+        """Whether a binding of the pod is under way, written and not seen yet, or unknown."""
+        return self.core.in_doubt(uid)
+
+    def learn(self, uid: str, status: int, pod: JsonObject | None) -> str:
+        """What a fresh read of a pod in doubt, before it is bound again, tells the cache."""
+        return self._cycle.learn(uid, status, pod)
+
+    def expire(self, now: float) -> int:
+        """Release the reservations whose time is up; returns how many."""
+        return self.core.expire(now)
+
+    def node_count(self) -> int:
+        return self.core.node_count()
+
+    def snapshot(self) -> Snapshot:
+        """The nodes and the bound pods' cards, for /metrics."""
+        return self.core.snapshot()

@@ -55,7 +55,7 @@ def app_over(config: Config, cache: Cache, api, ready_wait: float = READY_WAIT) 
     """The extender app on `cache`, its /metrics with the count of objects that raised and of
     the node annotations ignored."""
     registry = CollectorRegistry()
-    page = metrics_page(cache.core.snapshot, IgnoredAnnotationsCollector(cache.ignored_counts),
+    page = metrics_page(cache.snapshot, IgnoredAnnotationsCollector(cache.ignored_counts),
                         registry=registry)
     return ExtenderApp(Extender(config, cache, api, registry), page, ready_wait=ready_wait)
 

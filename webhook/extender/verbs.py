@@ -46,7 +46,7 @@ from ..model import annotations as keys
 from ..model.cards import Fleet
 from ..model.config import Config
 from ..scheduling.binding import binding_body
-from ..scheduling.cache import READ
+from ..scheduling.binding_cycle import Outcome
 from ..scheduling.decide import Placement
 from ..scheduling.node_annotations import WARNING_REASON
 from ..scheduling.object_errors import object_error
@@ -57,7 +57,6 @@ from .cache import WAITING
 log = logging.getLogger("webhook.extender")
 
 NOT_SYNCED = "the extender has not listed nodes and pods yet"
-RESOLVE_EVERY = 5.0  # seconds between re-reads of pods whose binding outcome is unknown
 
 T = TypeVar("T")
 
@@ -171,7 +170,7 @@ class Extender:
         WaitForFirstConsumer claim's provisioning)."""
         meta = pod["metadata"]
         done = _count((meta.get("annotations") or {}).get(keys.REQUEUES))
-        if done >= math.ceil(self.source.core.node_count() / max(offered, 1)) + 2:
+        if done >= math.ceil(self.source.node_count() / max(offered, 1)) + 2:
             return
         task = asyncio.get_running_loop().create_task(self._write_requeue(meta, done + 1, elsewhere))
         self.requeues.add(task)
@@ -255,10 +254,10 @@ class Extender:
     async def _pod(self, b: wire.BindingArgs):
         """The pod to bind, read from the API server (the cache keeps bound pods only)."""
         who = f"{b.namespace}/{b.name}"
-        doubt = self.source.core.in_doubt(b.uid)
+        doubt = self.source.in_doubt(b.uid)
         status, pod = await read_pod(self.api, b.namespace, b.name)
         if doubt:
-            state = self.source.core.resolved(b.uid, status, pod)
+            state = self.source.learn(b.uid, status, pod)
             if state == "bound":
                 return f"pod {who} is already bound"
             if state == "unknown":
@@ -266,72 +265,81 @@ class Extender:
         return self._checked(b.namespace, b.name, b.uid, status, pod)
 
     async def _write(self, b: wire.BindingArgs, pod: dict, p: Placement, mthreads: bool) -> dict:
+        """Write the binding; its outcome is applied by the binding cycle (the cache's)."""
         who = f"{b.namespace}/{b.name}"
-        core = self.source.core
         try:
             body = binding_body(b.namespace, b.name, b.uid, p, time.time_ns(),
                                 with_annotations=mthreads)
         except Exception:
-            core.forget(p.share)  # nothing is written: the cards are free again
+            self.source.not_written(p.share)  # nothing is written: the cards are free again
             raise
         try:
             status, message = await post_binding(self.api, body)
-        except Exception:
-            core.binding_unknown(p.share)  # it may have been written: held until a read tells
+        except Exception:  # it may have been written: held until a read tells
+            self.source.binding_outcome(p.share, b.namespace, b.name, None, self._reread)
             raise
-        if status is None:
-            # it may have happened: keep the share counted until a read tells
-            core.binding_unknown(p.share)
+        outcome, reading = self.source.binding_outcome(p.share, b.namespace, b.name, status,
+                                                       self._reread)
+        if outcome is Outcome.UNKNOWN:
             log.warning("bind %s: %s; outcome unknown, holding its cards until re-read", who, message)
             return wire.binding_result(f"binding {who}: outcome unknown: {message}")
-        if 200 <= status < 300:
-            core.finish_binding(p.share)
+        if outcome is Outcome.BOUND:
             # at debug, as kube-scheduler logs its binds (--v=2): a line per pod cost some 5% of
             # the extender's CPU in a bench backlog; the cards are in the pod's annotations
             log.debug("bound %s to %s: %s", who, p.node,
                       body["metadata"].get("annotations", {}).get(keys.ALLOCATED, "-"))
             return wire.binding_result()
-        if core.binding_refused(p.share, status) == READ:  # gone, or bound by another: read now
-            await self.reread(b.uid, b.namespace, b.name)
+        if reading is not None:  # gone, or bound by another: read now, before answering
+            await reading
         log.info("bind %s: %s", who, message)
         return wire.binding_result(f"binding {who}: {message}")
 
-    async def reread(self, uid: str, namespace: str, name: str) -> str:
-        """Read a pod whose binding outcome is unknown and let the cache learn from it:
-        "bound" | "unbound" | "gone" | "unknown"."""
-        return self.source.core.resolved(uid, *await read_pod(self.api, namespace, name))
+    async def _reread(self, uid: str, namespace: str, name: str) -> str | None:
+        """The binding cycle's re-read of a pod whose binding outcome is unknown: a GET, and
+        what the cache learns from it (binding_cycle.BindingCycle.read_answer)."""
+        status, pod = 0, None
+        try:
+            status, pod = await read_pod(self.api, namespace, name)
+        finally:  # a read that raised counts as one not answered: the pod is read again
+            told = self.source.read_answer(uid, status, pod)
+        return told
+
+    async def reread(self, uid: str, namespace: str, name: str) -> str | None:
+        """Read a pod whose binding outcome is unknown now: "bound" | "unbound" | "gone" |
+        "unknown" (binding_cycle.BindingCycle.read_answer)."""
+        return await self.source.reread_now(uid, namespace, name, self._reread)
 
     async def tend(self) -> None:
-        """Until cancelled, on the event loop: release the reservations whose time is up,
-        warn about nodes whose annotations had entries ignored and send the events of the
-        objects that raised (every half second), and read again the pods whose binding
-        outcome is unknown (every RESOLVE_EVERY seconds). A round that raises is logged; the
-        next one comes all the same."""
-        last_read = time.monotonic()
+        """Until cancelled, on the event loop, every half second: release the reservations
+        whose time is up, warn about nodes whose annotations had entries ignored, send the
+        events of the objects that raised, and read again the pods whose binding outcome is
+        unknown (each every binding_cycle.REREAD_EVERY seconds). A round that raises is
+        logged; the next one comes all the same."""
         while True:
             await asyncio.sleep(0.5)
-            reread = time.monotonic() - last_read >= RESOLVE_EVERY
-            if reread:
-                last_read = time.monotonic()
             try:
-                await self._tend(reread)
+                await self._tend()
             except Exception:  # not one pod's (a re-read's failure is told of as its pod's)
                 log.exception("tending the reservations; going on")
 
-    async def _tend(self, reread: bool) -> None:
-        self.source.core.expire(time.monotonic())
+    async def _tend(self) -> None:
+        self.source.expire(time.monotonic())
         me = self.config.scheduler_name, socket.gethostname()
         for said in self.source.to_tell():
             log.warning("node %s: %s", said.node, said.message)
             await warn_node(self.api, said.node, said.uid, WARNING_REASON, said.message, *me)
         while self.warnings:
             await warn_object(self.api, *self.warnings.popleft(), *me)
-        for uid, namespace, name in self.source.core.uncertain() if reread else ():
+        for uid, namespace, name, reading in self.source.reread_due(self._named_reread):
             try:
-                await self.reread(uid, namespace, name)
+                await reading
             except Exception as e:
                 named = {"metadata": {"namespace": namespace, "name": name, "uid": uid}}
                 self.errors.report(INDEX, object_error("pod", named, e))
+
+    def _named_reread(self, uid: str, namespace: str, name: str
+                      ) -> tuple[str, str, str, Awaitable[str | None]]:
+        return uid, namespace, name, self._reread(uid, namespace, name)
 
 
 def _count(value) -> int:
